@@ -37,17 +37,18 @@ def main() -> int:
             continue
         checks: list[Callable[[], list[Row]]] = module.CHECKS
         for check in checks:
+            label = getattr(check, "__name__", repr(check))
             start = time.perf_counter()
             try:
                 rows.extend(check())
             except Exception as err:  # report and go on
                 traceback.print_exc()
-                rows.append((check.__name__, "FAIL", f"{type(err).__name__}: {err}"[:120]))
-            print(f"[{time.perf_counter() - start:6.1f}s] {check.__name__}", flush=True)
+                rows.append((label, "FAIL", f"{type(err).__name__}: {err}"[:120]))
+            print(f"[{time.perf_counter() - start:6.1f}s] {label}", flush=True)
     width = max(len(r[0]) for r in rows) if rows else 10
     print("\n=== GPU check:", torch.cuda.get_device_name(), "===")
-    for check, result, detail in rows:
-        print(f"{check:<{width}}  {result:<5}  {detail}")
+    for name_, result, detail in rows:
+        print(f"{name_:<{width}}  {result:<5}  {detail}")
     return 1 if any(r[1] == "FAIL" for r in rows) else 0
 
 

@@ -91,9 +91,7 @@ def unlock(state: WorkspaceState) -> WorkspaceState:
     return dataclasses.replace(state, locked=False) if state.locked else state
 
 
-def _grow(
-    state: WorkspaceState, slots: list[SlotState], index: int, required: int
-) -> Growth:
+def _grow(state: WorkspaceState, slots: list[SlotState], index: int, required: int) -> Growth:
     """Grow ``slots`` in place (a private copy) so slot ``index`` holds ``required`` bytes.
 
     Applies the state's growth policy; refuses when locked. Returns the growth performed.
@@ -191,8 +189,9 @@ def replay_acquire(state: WorkspaceState, layout: Layout) -> tuple[WorkspaceStat
 
     Example:
         >>> import numpy as np
-        >>> s, layout = acquire(initial_state(), (0, 0), ((4,), np.dtype("int32")))
-        >>> replay_acquire(s, layout) == (s, layout.without_growth()) == acquire(s, (0, 0), ((4,), np.dtype("int32")))
+        >>> spec = ((4,), np.dtype("int32"))
+        >>> s, layout = acquire(initial_state(), (0, 0), spec)
+        >>> replay_acquire(s, layout) == (s, layout.without_growth()) == acquire(s, (0, 0), spec)
         True
     """
     i = layout.index
@@ -210,9 +209,7 @@ def replay_acquire(state: WorkspaceState, layout: Layout) -> tuple[WorkspaceStat
         return state, layout
     if retained is not None and total > retained[1]:
         retained = None
-    new = dataclasses.replace(
-        current, retained=retained, high_water=max(current.high_water, total)
-    )
+    new = dataclasses.replace(current, retained=retained, high_water=max(current.high_water, total))
     return dataclasses.replace(state, slots=(*slots[:i], new, *slots[i + 1 :])), layout
 
 
@@ -297,9 +294,7 @@ def replay_retain(state: WorkspaceState, span: Span) -> tuple[WorkspaceState, Sp
     intact = current.retained == marker
     if intact and nbytes <= current.high_water:
         return state, span, True
-    new = dataclasses.replace(
-        current, retained=marker, high_water=max(current.high_water, nbytes)
-    )
+    new = dataclasses.replace(current, retained=marker, high_water=max(current.high_water, nbytes))
     return dataclasses.replace(state, slots=(*slots[:i], new, *slots[i + 1 :])), span, intact
 
 
@@ -370,9 +365,9 @@ def reserve(
             needed = max(needed, _request_bytes(checked, state.alignment)[1])
         else:
             raise InvalidSpecError(
-                f"requests[{i}] must be a (shape, dtype) pair or a list of them, "
-                f"got {request!r}."
+                f"requests[{i}] must be a (shape, dtype) pair or a list of them, got {request!r}."
             )
+    chosen: Sequence[int]
     if slots is None:
         chosen = range(len(state.slots))
     elif isinstance(slots, Iterable) and not isinstance(slots, (str, bytes)):

@@ -57,7 +57,7 @@ def itemsize_of(dtype: Any, argname: str = "dtype") -> int:
             size = np.dtype(dtype).itemsize
         except TypeError:
             size = None
-    if not _is_int(size) or size <= 0:
+    if not isinstance(size, (int, np.integer)) or isinstance(size, bool) or size <= 0:
         raise InvalidSpecError(
             f"{argname} must be a dtype with a positive integer itemsize (a torch, NumPy or "
             f"JAX dtype), got {dtype!r}."

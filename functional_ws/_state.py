@@ -94,8 +94,7 @@ class WorkspaceState:
                 raise InvalidSlotError(f"Workspace {name} must be non-negative, got {value}.")
         if lane >= self.num_lanes:
             raise LaneNotConfiguredError(
-                f"Workspace lane {lane} is not configured; manager has "
-                f"{self.num_lanes} lane(s)."
+                f"Workspace lane {lane} is not configured; manager has {self.num_lanes} lane(s)."
             )
         if ubatch >= self.num_ubatches:
             raise UbatchNotConfiguredError(

@@ -41,8 +41,10 @@ def _forgetful_retain(state, slot, key, spec):
     """Reports intact whenever the key matches, even after a request clobbered the span."""
     previous = state.slots[state.index(slot)].retained
     state, span, intact = fws.retain(state, slot, key, spec)
-    return state, span, intact or (previous is None and False) or (
-        previous is not None and previous[0] == key
+    return (
+        state,
+        span,
+        intact or (previous is None and False) or (previous is not None and previous[0] == key),
     )
 
 

@@ -92,9 +92,9 @@ class WorkspaceModel:
 
     def scribble(self, index: int, offset: int, nbytes: int, view_number: int) -> None:
         """An acquired view is written all over (by a caller of ``get_simultaneous``)."""
-        self.slots[index].memory[offset : offset + nbytes] = bytes(
-            [0x80 | (view_number & 0x7F)]
-        ) * nbytes
+        self.slots[index].memory[offset : offset + nbytes] = (
+            bytes([0x80 | (view_number & 0x7F)]) * nbytes
+        )
 
     def note_reach(self, index: int, total: int) -> None:
         record = self.slots[index].retained

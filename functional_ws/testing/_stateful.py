@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import itertools
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any, ClassVar
 
@@ -93,9 +94,7 @@ class WorkspaceMachine(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        self.model = WorkspaceModel(
-            self.num_ubatches, self.num_lanes, self.alignment, self.growth
-        )
+        self.model = WorkspaceModel(self.num_ubatches, self.num_lanes, self.alignment, self.growth)
         self.setup_system()
 
     # ----- the system under test: the pure core here; shells override these hooks -----
@@ -216,9 +215,9 @@ class WorkspaceMachine(RuleBasedStateMachine):
         assert len(offsets) == len(specs), "one offset per view"
         for i, (off, n) in enumerate(zip(offsets, nbytes, strict=True)):
             assert off % self.alignment == 0, f"view {i} offset {off} is not aligned"
-            assert 0 <= off and off + n <= capacity, f"view {i} [{off}, {off + n}) outside"
+            assert off >= 0 and off + n <= capacity, f"view {i} [{off}, {off + n}) outside"
         spans = sorted((off, off + n) for off, n in zip(offsets, nbytes, strict=True) if n)
-        for (_, end), (start, _) in zip(spans, spans[1:], strict=False):
+        for (_, end), (start, _) in itertools.pairwise(spans):
             assert end <= start, f"views overlap: {spans}"
         assert list(offsets) == expected_offsets, (
             f"offsets {offsets} are not back to back: expected {expected_offsets}"
@@ -233,8 +232,12 @@ class WorkspaceMachine(RuleBasedStateMachine):
         if survived is not None:
             assert survived[1] >= total, f"retained span at {survived[1]} survived a reach"
 
-    @rule(slot_code=_slot_codes, key=st.sampled_from(_key_pool), shape=shapes(max_dims=2),
-          dtype_code=st.integers(0, 15))
+    @rule(
+        slot_code=_slot_codes,
+        key=st.sampled_from(_key_pool),
+        shape=shapes(max_dims=2),
+        dtype_code=st.integers(0, 15),
+    )
     def retain(self, slot_code: int, key: str, shape: tuple[int, ...], dtype_code: int) -> None:
         slot = self._slot(slot_code)
         spec = (shape, self.dtype_pool[dtype_code % len(self.dtype_pool)])
@@ -256,14 +259,14 @@ class WorkspaceMachine(RuleBasedStateMachine):
         assert offset % self.alignment == 0
         if intact:
             record = self.model.slots[index].retained
-            assert record is not None, "reported intact, but the slot was reallocated or never retained"
+            assert record is not None, (
+                "reported intact, but the slot was reallocated or never retained"
+            )
             real = self.read_bytes(slot, start, len(record.pattern))
             assert real is None or real == record.pattern, (
                 f"reported intact but the real bytes changed: {real!r} != {record.pattern!r}"
             )
-        assert intact == expected, (
-            f"intact={intact} but the modelled bytes say {expected}"
-        )
+        assert intact == expected, f"intact={intact} but the modelled bytes say {expected}"
         pattern = self.model.write_pattern(index, key, start, nbytes)
         self.write_bytes(slot, start, pattern)
         slot_model = self.model.slots[index]
@@ -283,8 +286,10 @@ class WorkspaceMachine(RuleBasedStateMachine):
         assert is_new == (key not in keys), f"is_new={is_new} for key {key!r}, keys {keys}"
         keys.add(key)
 
-    @rule(requests=st.lists(_view_codes, min_size=0, max_size=2),
-          slot_codes=st.none() | st.lists(_slot_codes, max_size=3))
+    @rule(
+        requests=st.lists(_view_codes, min_size=0, max_size=2),
+        slot_codes=st.none() | st.lists(_slot_codes, max_size=3),
+    )
     def reserve(
         self, requests: list[list[tuple[tuple[int, ...], int]]], slot_codes: list[int] | None
     ) -> None:
@@ -295,9 +300,7 @@ class WorkspaceMachine(RuleBasedStateMachine):
         )
         slots = None if slot_codes is None else [self._slot(c) for c in slot_codes]
         chosen = (
-            range(len(self.model.slots))
-            if slots is None
-            else [self.model.index(s) for s in slots]
+            range(len(self.model.slots)) if slots is None else [self.model.index(s) for s in slots]
         )
         note(f"reserve(requests={concrete}, slots={slots}) needs {needed} bytes")
         grows = any(self.model.slots[i].capacity < needed for i in chosen)

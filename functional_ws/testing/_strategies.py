@@ -15,8 +15,9 @@ from .._state import Slot
 
 #: NumPy dtypes with 1, 2, 4, 8 and 16 byte items.
 DEFAULT_DTYPES: tuple[np.dtype[Any], ...] = tuple(
-    np.dtype(name) for name in ("uint8", "int8", "float16", "int32", "float32", "float64")
-) + (np.dtype("complex128"),)
+    np.dtype(name)
+    for name in ("uint8", "int8", "float16", "int32", "float32", "float64", "complex128")
+)
 
 
 def dtypes(pool: Sequence[Any] = DEFAULT_DTYPES) -> st.SearchStrategy[Any]:

@@ -1,0 +1,189 @@
+"""Transitions keep the original's semantics exactly (seeds/000: get_simultaneous etc.)."""
+
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import functional_ws as fws
+from functional_ws.testing import spec_lists
+
+U8, I8, F16, F32 = (np.dtype(n) for n in ("uint8", "int8", "float16", "float32"))
+S = (0, 0)
+
+
+def original_offsets(specs):
+    """The original's algorithm: accumulate over sizes rounded up to 256."""
+    nbytes = [int(np.prod(shape, dtype=np.int64)) * d.itemsize for shape, d in specs]
+    aligned = [-(-n // 256) * 256 for n in nbytes]
+    return list(itertools.accumulate([0, *aligned[:-1]]))[: len(specs)], sum(aligned)
+
+
+@given(spec_lists(max_size=5))
+def test_offsets_match_the_original(specs):
+    state, layout = fws.acquire(fws.initial_state(), S, *specs)
+    offsets, total = original_offsets(specs)
+    assert list(layout.offsets) == offsets
+    assert layout.total == total
+    assert state.capacity(S) == total  # exact growth from empty
+    assert layout.grow_to == (total if total else None)
+
+
+def test_growth_is_exact_and_never_shrinks():
+    s, layout = fws.acquire(fws.initial_state(), S, ((1000,), U8))
+    assert layout.growth == ((S, 1024),)
+    s, layout = fws.acquire(s, S, ((10,), U8))
+    assert layout.growth == () and s.capacity(S) == 1024
+    s, layout = fws.acquire(s, S, ((3000,), U8))
+    assert layout.growth == ((S, 3072),) and s.slots[0].growths == 2
+    assert s.slots[0].high_water == 3072
+
+
+def test_no_change_returns_the_same_object():
+    s, _ = fws.acquire(fws.initial_state(), S, ((1000,), U8))
+    assert fws.acquire(s, S, ((10,), U8))[0] is s
+    locked = fws.lock(s)
+    assert fws.lock(locked) is locked and fws.unlock(s) is s
+
+
+def test_retained_span_semantics():
+    s, _ = fws.acquire(fws.initial_state(), S, ((1000,), U8))  # capacity 1024
+    s, span, intact = fws.retain(s, S, "k", ((100,), U8))
+    assert (span.offset, intact) == (768, False)  # round_down(1024 - 100, 256)
+    s, span, intact = fws.retain(s, S, "k", ((100,), U8))
+    assert intact
+    s, _ = fws.acquire(s, S, ((768,), U8))  # ends exactly at the span: not a reach
+    assert fws.retain(s, S, "k", ((100,), U8))[2]
+    s2, _ = fws.acquire(s, S, ((769,), U8))  # reaches into it: dropped
+    assert s2.slots[0].retained is None and not fws.retain(s2, S, "k", ((100,), U8))[2]
+    assert not fws.retain(s, S, "other", ((100,), U8))[2]  # another key takes it over
+    _s3, span3, intact3 = fws.retain(s, S, "k", ((2000,), U8))  # growth: reallocated
+    assert span3.growth == ((S, 2000),) and not intact3 and span3.offset == 0
+
+
+def test_same_start_with_another_size_counts_as_intact_like_the_original():
+    s, _ = fws.acquire(fws.initial_state(), S, ((1000,), U8))
+    s, a, _ = fws.retain(s, S, "k", ((10,), U8))
+    s, b, intact = fws.retain(s, S, "k", ((200,), U8))
+    assert a.offset == b.offset == 768 and intact
+
+
+def test_slots_are_independent_under_the_slot_policy():
+    s = fws.initial_state(num_ubatches=2, num_lanes=2)
+    s, layout = fws.acquire(s, (1, 1), ((64,), F32))
+    assert layout.growth == (((1, 1), 256),)
+    assert [s.capacity(x) for x in s.all_slots()] == [0, 0, 0, 256]
+
+
+def test_ubatches_policy_grows_every_ubatch_of_the_lane():
+    s = fws.initial_state(num_ubatches=3, num_lanes=2, growth="ubatches")
+    s, _ = fws.retain(s, (2, 0), "k", ((10,), U8))[:2]
+    s, layout = fws.acquire(s, (0, 0), ((1000,), U8))
+    assert layout.growth == (((0, 0), 1024), ((1, 0), 1024), ((2, 0), 1024))
+    assert [s.capacity(x) for x in s.all_slots()] == [1024, 0, 1024, 0, 1024, 0]
+    assert s.slots[s.index((2, 0))].retained is None  # reallocated with the group
+
+
+def test_lock_refuses_growth_with_sizes_and_keeps_state():
+    s, _ = fws.acquire(fws.initial_state(), S, ((1000,), U8))
+    s = fws.lock(s)
+    with pytest.raises(fws.WorkspaceLockedError) as info:
+        fws.acquire(s, S, ((2 * 2**20,), U8))
+    assert isinstance(info.value, AssertionError)
+    assert "Workspace is locked" in str(info.value)
+    assert "2.00 MB" in str(info.value) and "1024 bytes" in str(info.value)
+    assert (info.value.required, info.value.current) == (2 * 2**20, 1024)
+    with pytest.raises(AssertionError, match="Workspace is locked"):
+        fws.retain(s, S, "k", ((2000,), U8))
+    assert fws.acquire(s, S, ((1000,), U8))[0] is s  # what fits still works
+    assert fws.acquire(fws.unlock(s), S, ((2000,), U8))[0].capacity(S) == 2048
+
+
+def test_claim_persistent_keys():
+    s, new = fws.claim(fws.initial_state(num_lanes=2), (0, 1), "w")
+    assert new and s.slots[1].persistent_keys == frozenset({"w"})
+    assert fws.claim(s, (0, 1), "w") == (s, False)
+    locked = fws.lock(s)
+    assert fws.claim(locked, (0, 1), "w") == (locked, False)
+    with pytest.raises(AssertionError, match="was not allocated during warmup"):
+        fws.claim(locked, (0, 0), "w")  # claimed per slot
+
+
+def test_reserve_worst_case_then_lock():
+    s = fws.initial_state(num_ubatches=2, num_lanes=2)
+    requests = [(((1024,), F16), ((3,), I8)), ((5000,), U8)]
+    r = fws.reserve(s, requests)
+    assert {r.capacity(x) for x in r.all_slots()} == {5000}
+    assert fws.growth_between(s, r) == tuple((x, 5000) for x in s.all_slots())
+    locked = fws.lock(r)
+    for slot in locked.all_slots():
+        assert fws.acquire(locked, slot, ((1024,), F16), ((3,), I8))[1].growth == ()
+    only = fws.reserve(s, requests, slots=[(1, 0)])
+    assert [only.capacity(x) for x in only.all_slots()] == [0, 0, 5000, 0]
+    assert fws.reserve(r, requests) is r
+    with pytest.raises(fws.WorkspaceLockedError):
+        fws.reserve(fws.lock(s), requests)
+
+
+def test_lane_and_ubatch_errors():
+    s = fws.initial_state(num_ubatches=2, num_lanes=2)
+    with pytest.raises(RuntimeError, match="lane 2 is not configured"):
+        fws.acquire(s, (0, 2), ((1,), U8))
+    with pytest.raises(ValueError, match="non-negative"):
+        fws.acquire(s, (0, -1), ((1,), U8))
+    with pytest.raises(RuntimeError, match="ubatch 2 is not configured"):
+        fws.acquire(s, (2, 0), ((1,), U8))
+    with pytest.raises(IndexError):  # what the original raised for a bad ubatch
+        fws.acquire(s, (2, 0), ((1,), U8))
+
+
+def test_any_dtype_with_itemsize():
+    class Fp8:
+        itemsize = 1
+
+    import jax.numpy as jnp
+
+    _, layout = fws.acquire(
+        fws.initial_state(), S, ((4,), Fp8()), ((4,), jnp.float32), ((4,), np.float64)
+    )
+    assert layout.nbytes == (4, 16, 32)
+
+
+@st.composite
+def reachable_states(draw):
+    """States reached by random calls, with a retained span sometimes."""
+    s = fws.initial_state(num_ubatches=2, num_lanes=1)
+    for _ in range(draw(st.integers(0, 4))):
+        slot = (draw(st.integers(0, 1)), 0)
+        if draw(st.booleans()):
+            s = fws.acquire(s, slot, *draw(spec_lists(max_size=2)))[0]
+        else:
+            s = fws.retain(s, slot, draw(st.sampled_from("ab")), draw(spec_lists(max_size=1))[0])[0]
+    if draw(st.booleans()):
+        s = fws.lock(s)
+    return s
+
+
+def _outcome(fn, *args):
+    try:
+        return fn(*args)
+    except fws.WorkspaceLockedError as err:
+        return ("refused", err.required, err.current)
+
+
+@given(reachable_states(), reachable_states(), spec_lists(max_size=3), st.integers(0, 1))
+def test_replay_acquire_equals_acquire(first, later, specs, ubatch):
+    _, layout = _outcome(fws.acquire, fws.unlock(first), (ubatch, 0), *specs)
+    assert _outcome(fws.replay_acquire, later, layout) == _outcome(
+        fws.acquire, later, (ubatch, 0), *specs
+    )
+
+
+@given(reachable_states(), reachable_states(), spec_lists(max_size=1), st.sampled_from("ab"))
+def test_replay_retain_equals_retain(first, later, specs, key):
+    _, span, _ = fws.retain(fws.unlock(first), (0, 0), key, specs[0])
+    assert _outcome(fws.replay_retain, later, span) == _outcome(
+        fws.retain, later, (0, 0), key, specs[0]
+    )

@@ -1,0 +1,44 @@
+"""The public surface changes only on purpose; the core never imports torch."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import functional_ws
+import functional_ws.testing
+
+CORE_NAMES = {
+    "Growth", "GrowthPolicy", "InvalidSlotError", "InvalidSpecError", "LaneNotConfiguredError",
+    "Layout", "NotInitializedError", "PersistentKeyLockedError", "PersistentMismatchError",
+    "Slot", "SlotState", "Span", "UbatchNotConfiguredError", "ViewSpec", "WorkspaceError",
+    "WorkspaceLockedError", "WorkspaceState", "acquire", "claim", "format_bytes", "from_dict",
+    "growth_between", "initial_state", "lock", "make_spec", "render", "replay_acquire",
+    "replay_retain", "reserve", "retain", "round_down", "round_up", "to_dict", "unlock",
+}  # fmt: skip
+TESTING_NAMES = {
+    "DEFAULT_DTYPES", "Transitions", "WorkspaceMachine", "WorkspaceModel", "dtypes", "keys",
+    "shapes", "slots", "spec_lists", "specs",
+}  # fmt: skip
+
+
+def test_public_names_are_pinned():
+    assert set(functional_ws.__all__) >= CORE_NAMES
+    assert set(functional_ws.testing.__all__) == TESTING_NAMES
+    for name in functional_ws.__all__:
+        assert hasattr(functional_ws, name), name
+
+
+def test_core_does_not_import_torch():
+    code = (
+        "import sys, functional_ws, functional_ws.testing; "
+        "import numpy as np; functional_ws.acquire(functional_ws.initial_state(), (0, 0), "
+        "((4,), np.dtype('int8'))); print('torch' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_both_packages_are_typed():
+    for package in ("functional_ws", "interop"):
+        module = __import__(package)
+        assert (Path(module.__file__).parent / "py.typed").exists(), package
