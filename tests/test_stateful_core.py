@@ -55,16 +55,17 @@ def _grows_when_locked(state, slot, *specs):
 
 
 @pytest.mark.parametrize(
-    "bug",
+    ("bug", "symptom"),
     [
-        pytest.param({"acquire": _off_by_one_acquire}, id="off-by-one-offset"),
-        pytest.param({"retain": _forgetful_retain}, id="intact-lie"),
-        pytest.param({"acquire": _grows_when_locked}, id="growth-while-locked"),
+        pytest.param({"acquire": _off_by_one_acquire}, "is not aligned", id="off-by-one-offset"),
+        pytest.param({"retain": _forgetful_retain}, "intact", id="intact-lie"),
+        pytest.param({"acquire": _grows_when_locked}, "expected WorkspaceLockedError",
+                     id="growth-while-locked"),
     ],
-)
-def test_machine_finds_planted_bugs(bug):
+)  # fmt: skip
+def test_machine_finds_planted_bugs(bug, symptom):
     class Broken(WorkspaceMachine):
         transitions = Transitions(**bug)
 
-    with pytest.raises(AssertionError):
+    with pytest.raises(AssertionError, match=symptom):
         run_state_machine_as_test(Broken, settings=settings(report_multiple_bugs=False))
