@@ -14,6 +14,9 @@ Example:
     ((0, 256), 512)
 """
 
+from ._diff import Change as Change
+from ._diff import Diff as Diff
+from ._diff import diff as diff
 from ._errors import InvalidSlotError as InvalidSlotError
 from ._errors import InvalidSpecError as InvalidSpecError
 from ._errors import LaneNotConfiguredError as LaneNotConfiguredError
@@ -23,6 +26,7 @@ from ._errors import PersistentMismatchError as PersistentMismatchError
 from ._errors import UbatchNotConfiguredError as UbatchNotConfiguredError
 from ._errors import WorkspaceError as WorkspaceError
 from ._errors import WorkspaceLockedError as WorkspaceLockedError
+from ._html import render_html as render_html
 from ._layout import Growth as Growth
 from ._layout import Layout as Layout
 from ._layout import Span as Span
@@ -36,8 +40,12 @@ from ._ops import replay_retain as replay_retain
 from ._ops import reserve as reserve
 from ._ops import retain as retain
 from ._ops import unlock as unlock
+from ._picture import Segment as Segment
+from ._picture import SlotPicture as SlotPicture
+from ._picture import slot_pictures as slot_pictures
 from ._plan import from_dict as from_dict
 from ._plan import to_dict as to_dict
+from ._plot import plot as plot
 from ._render import format_bytes as format_bytes
 from ._render import render as render
 from ._spec import ViewSpec as ViewSpec
@@ -50,6 +58,8 @@ from ._state import SlotState as SlotState
 from ._state import WorkspaceState as WorkspaceState
 
 __all__ = [
+    "Change",
+    "Diff",
     "Growth",
     "GrowthPolicy",
     "InvalidSlotError",
@@ -59,7 +69,9 @@ __all__ = [
     "NotInitializedError",
     "PersistentKeyLockedError",
     "PersistentMismatchError",
+    "Segment",
     "Slot",
+    "SlotPicture",
     "SlotState",
     "Span",
     "UbatchNotConfiguredError",
@@ -69,19 +81,23 @@ __all__ = [
     "WorkspaceState",
     "acquire",
     "claim",
+    "diff",
     "format_bytes",
     "from_dict",
     "growth_between",
     "initial_state",
     "lock",
     "make_spec",
+    "plot",
     "render",
+    "render_html",
     "replay_acquire",
     "replay_retain",
     "reserve",
     "retain",
     "round_down",
     "round_up",
+    "slot_pictures",
     "to_dict",
     "unlock",
 ]

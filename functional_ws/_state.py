@@ -128,6 +128,11 @@ class WorkspaceState:
 
         return from_dict(data)
 
+    def _repr_html_(self) -> str:
+        from ._html import render_html
+
+        return render_html(self)
+
     def __str__(self) -> str:
         from ._render import render
 

@@ -1,0 +1,126 @@
+"""The workspace as a picture: per slot, coloured byte ranges to scale.
+
+One computation feeds every renderer (HTML in notebooks, matplotlib for papers), so they
+always agree. A picture is drawn from a state plus, optionally, what a shell remembers of
+the last call per slot: the last :class:`Layout` (the views) and the last :class:`Span`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import zlib
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from ._layout import Layout, Span
+from ._spec import round_up
+from ._state import Slot, WorkspaceState
+
+SegmentKind = Literal["view", "padding", "retained", "clobbered", "free"]
+
+#: Colour-blind-friendly palette (Okabe-Ito) for dtypes; fixed colours for the rest.
+DTYPE_PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442")
+COLOURS = {
+    "padding": "#bbbbbb",
+    "free": "#eeeeee",
+    "retained": "#2ca02c",
+    "clobbered": "#d62728",
+}
+
+
+def dtype_colour(dtype: Any) -> str:
+    """A stable colour per dtype name (the same in every process)."""
+    return DTYPE_PALETTE[zlib.crc32(str(dtype).encode()) % len(DTYPE_PALETTE)]
+
+
+@dataclasses.dataclass(frozen=True)
+class Segment:
+    """A byte range ``[start, end)`` of one slot and what it holds."""
+
+    kind: SegmentKind
+    start: int
+    end: int
+    label: str
+    colour: str
+
+
+@dataclasses.dataclass(frozen=True)
+class SlotPicture:
+    """Everything drawn for one slot."""
+
+    slot: Slot
+    capacity: int
+    high_water: int
+    segments: tuple[Segment, ...]
+
+
+def picture_inputs(
+    obj: Any,
+) -> tuple[WorkspaceState, Mapping[Slot, Layout], Mapping[Slot, Span]]:
+    """Accept a state, or an object with ``.state`` (and optionally ``.last_layouts`` and
+    ``.last_spans`` mappings per slot), such as ``interop.WorkspaceManager``."""
+    if isinstance(obj, WorkspaceState):
+        return obj, {}, {}
+    state = getattr(obj, "state", None)
+    if not isinstance(state, WorkspaceState):
+        raise TypeError(
+            f"expected a WorkspaceState or an object with a .state, got {type(obj).__name__}"
+        )
+    return state, getattr(obj, "last_layouts", {}) or {}, getattr(obj, "last_spans", {}) or {}
+
+
+def slot_pictures(
+    state: WorkspaceState,
+    layouts: Mapping[Slot, Layout] | None = None,
+    spans: Mapping[Slot, Span] | None = None,
+) -> list[SlotPicture]:
+    """Segments per slot: views and their padding, the retained span, free space.
+
+    A span remembered in ``spans`` is "retained" while the state still retains it at that
+    offset, and "clobbered" once the state dropped it (a request reached into it or the slot
+    was reallocated); without ``spans`` only the state's retained span is drawn.
+
+    Example:
+        >>> import numpy as np
+        >>> from functional_ws import initial_state, acquire
+        >>> s, layout = acquire(initial_state(), (0, 0), ((100,), np.dtype("float32")))
+        >>> [(g.kind, g.start, g.end) for g in slot_pictures(s, {(0, 0): layout})[0].segments]
+        [('view', 0, 400), ('padding', 400, 512)]
+    """
+    layouts, spans = layouts or {}, spans or {}
+    pictures = []
+    for slot, s in zip(state.all_slots(), state.slots, strict=True):
+        segments: list[Segment] = []
+        layout = layouts.get(slot)
+        used = 0
+        if layout is not None and layout.total <= s.capacity:
+            for spec, offset in zip(layout.specs, layout.offsets, strict=True):
+                end, padded = offset + spec.nbytes, offset + round_up(spec.nbytes, state.alignment)
+                label = f"{spec.dtype}{list(spec.shape)} @{offset}"
+                if end > offset:
+                    segments.append(Segment("view", offset, end, label, dtype_colour(spec.dtype)))
+                if padded > end:
+                    segments.append(Segment("padding", end, padded, "padding", COLOURS["padding"]))
+            used = layout.total
+        tail = _tail_segment(s.retained, spans.get(slot), s.capacity)
+        free_end = tail.start if tail is not None and tail.start >= used else s.capacity
+        if free_end > used:
+            segments.append(Segment("free", used, free_end, "free", COLOURS["free"]))
+        if tail is not None:
+            segments.append(tail)
+        pictures.append(SlotPicture(slot, s.capacity, s.high_water, tuple(segments)))
+    return pictures
+
+
+def _tail_segment(
+    retained: tuple[Any, int] | None, span: Span | None, capacity: int
+) -> Segment | None:
+    if span is not None and span.offset + span.nbytes <= capacity:
+        intact = retained == (span.key, span.offset)
+        kind: SegmentKind = "retained" if intact else "clobbered"
+        label = f"retained {span.key!r} ({'intact' if intact else 'clobbered'})"
+        return Segment(kind, span.offset, span.offset + span.nbytes, label, COLOURS[kind])
+    if retained is not None:
+        key, start = retained
+        return Segment("retained", start, capacity, f"retained {key!r}", COLOURS["retained"])
+    return None

@@ -1,0 +1,79 @@
+"""The pictures say what the state says: segments, HTML, matplotlib, diffs."""
+
+import matplotlib
+import numpy as np
+
+import functional_ws as fws
+
+matplotlib.use("Agg")
+F16, I32, U8 = np.dtype("float16"), np.dtype("int32"), np.dtype("uint8")
+
+
+class Shell:
+    """What a shell exposes to the renderers."""
+
+    def __init__(self, state, layouts, spans):
+        self.state, self.last_layouts, self.last_spans = state, layouts, spans
+
+
+def _scene():
+    s = fws.initial_state(num_ubatches=2)
+    s, layout = fws.acquire(s, (0, 0), ((100,), F16), ((3,), I32))  # 200 B + pad, 12 B + pad
+    s = fws.reserve(s, [((2048,), U8)], slots=[(0, 0)])
+    s, span, _ = fws.retain(s, (0, 0), "kv", ((300,), U8))
+    return s, layout, span
+
+
+def test_segments_cover_views_padding_free_and_tail():
+    s, layout, span = _scene()
+    (p0, p1) = fws.slot_pictures(s, {(0, 0): layout}, {(0, 0): span})
+    kinds = [(g.kind, g.start, g.end) for g in p0.segments]
+    assert kinds == [
+        ("view", 0, 200), ("padding", 200, 256), ("view", 256, 268), ("padding", 268, 512),
+        ("free", 512, 1536), ("retained", 1536, 1836),
+    ]  # fmt: skip
+    assert p0.capacity == 2048 and p1.segments == ()
+    assert p0.segments[0].colour == fws.slot_pictures(s, {(0, 0): layout})[0].segments[0].colour
+
+
+def test_clobbered_tail_is_marked():
+    s, _, span = _scene()
+    s2, big = fws.acquire(s, (0, 0), ((1600,), U8))  # reaches into the span
+    (p0, _) = fws.slot_pictures(s2, {(0, 0): big}, {(0, 0): span})
+    assert p0.segments[-1].kind == "clobbered" and "clobbered" in p0.segments[-1].label
+
+
+def test_html_shows_header_views_and_states():
+    s, layout, span = _scene()
+    html = fws.render_html(Shell(fws.lock(s), {(0, 0): layout}, {(0, 0): span}))
+    assert "locked" in html and "growth <code>slot</code>" in html
+    assert "float16[100] @0" in html and "int32[3] @256" in html
+    assert "retained &#x27;kv&#x27; (intact)" in html
+    assert html.count('class="fws-row"') == 2
+    assert "2.00 KiB" in html  # capacity of slot (0, 0)
+    assert s._repr_html_() == fws.render_html(s)
+
+
+def test_plot_draws_one_bar_per_slot_to_scale():
+    s, layout, span = _scene()
+    fig = fws.plot(Shell(s, {(0, 0): layout}, {(0, 0): span}))
+    ax = fig.axes[0]
+    outlines = [p for p in ax.patches if p.get_facecolor()[:3] == (1.0, 1.0, 1.0)]
+    assert sorted(p.get_width() for p in outlines) == [0, 2048]  # capacities, to scale
+    widths = {round(p.get_x()): p.get_width() for p in ax.patches if p.get_width()}
+    assert widths[0] in (200, 2048) and widths[1536] == 300  # a view and the retained tail
+    assert "unlocked" in ax.get_title()
+
+
+def test_diff_explains_changes():
+    s, _, _ = _scene()
+    after, _ = fws.acquire(fws.lock(s), (0, 0), ((1600,), U8))
+    text = str(fws.diff(s, after))
+    assert text.splitlines() == [
+        "workspace: locked False → True",
+        "slot (0, 0): high_water 512 → 1792",
+        "slot (0, 0): retained ('kv', 1536) → None",
+    ]
+    assert str(fws.diff(s, s)) == "no differences" and len(fws.diff(s, s)) == 0
+    keyed = fws.claim(s, (1, 0), "w")[0]
+    assert str(fws.diff(s, keyed)) == "slot (1, 0): persistent_keys +'w'"
