@@ -1,0 +1,73 @@
+"""Helpers of the JAX interop tests (workspace-like views, both handoff paths), tested."""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import math
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import torch
+
+import interop
+from interop import _dlpack
+
+ALIGNMENT = 256
+
+
+def carve(specs: Sequence[tuple[tuple[int, ...], torch.dtype]]) -> list[torch.Tensor]:
+    """Views carved back to back at 256-byte-aligned addresses, as the workspace does.
+
+    Uses the workspace manager's ``get_simultaneous`` when the façade exists, so the views
+    are the real thing; otherwise plain aligned slices of one buffer (same layout rules).
+    """
+    manager_cls: Any = getattr(interop, "WorkspaceManager", None)
+    if manager_cls is not None:
+        return list(manager_cls("cpu").get_simultaneous(*specs))
+    sizes = [
+        math.prod(shape) * torch.empty((), dtype=dtype).element_size() for shape, dtype in specs
+    ]
+    rounded = [-(-size // ALIGNMENT) * ALIGNMENT for size in sizes]
+    buf = torch.empty(sum(rounded) + ALIGNMENT, dtype=torch.uint8)
+    offset = (-buf.data_ptr()) % ALIGNMENT
+    views = []
+    for (shape, dtype), size, step in zip(specs, sizes, rounded, strict=True):
+        views.append(buf[offset : offset + size].view(dtype).reshape(shape))
+        offset += step
+    return views
+
+
+def fill_random(view: torch.Tensor, seed: int) -> None:
+    """Random bytes (0/1 for bool, whose other bytes are not valid values)."""
+    raw = view.reshape(-1).view(torch.uint8)
+    generator = torch.Generator().manual_seed(seed)
+    raw.copy_(torch.randint(0, 256, raw.shape, dtype=torch.uint8, generator=generator))
+    if view.dtype == torch.bool:
+        raw.bitwise_and_(1)
+
+
+@contextlib.contextmanager
+def handoff_path(private: bool) -> Iterator[None]:
+    """Run the body through the fast private path or the public fallback."""
+    saved = _dlpack.use_private_path
+    _dlpack.use_private_path = private and _dlpack.PRIVATE_PATH_AVAILABLE
+    try:
+        yield
+    finally:
+        _dlpack.use_private_path = saved
+
+
+def test_carved_views_are_aligned_and_disjoint():
+    views = carve([((3,), torch.float32), ((0,), torch.int8), ((5, 7), torch.bfloat16)])
+    spans = sorted((v.data_ptr(), v.data_ptr() + v.nbytes) for v in views if v.numel())
+    assert all(start % ALIGNMENT == 0 for start, _ in spans)
+    assert all(end <= nxt for (_, end), (nxt, _) in itertools.pairwise(spans))
+    assert [tuple(v.shape) for v in views] == [(3,), (0,), (5, 7)]
+
+
+def test_handoff_path_restores_the_switch():
+    saved = _dlpack.use_private_path
+    with handoff_path(private=False):
+        assert _dlpack.use_private_path is False
+    assert _dlpack.use_private_path is saved
