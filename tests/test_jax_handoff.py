@@ -16,7 +16,7 @@ import pytest
 import torch
 from hypothesis import given, note
 from hypothesis import strategies as st
-from test_jax_views import carve, fill_random, handoff_path
+from test_jax_views import carve, fill_random, handoff_path, workspace_manager
 
 import interop
 from functional_ws.testing import spec_lists
@@ -61,6 +61,19 @@ def test_every_shared_dtype_is_zero_copy_bit_exact_and_round_trips(specs, seed):
 def test_each_shared_dtype_once(private, dtype):
     (view,) = carve([((3, 5), dtype)])
     fill_random(view, seed=7)
+    _check_handoff(view, private)
+
+
+@PATHS
+@pytest.mark.parametrize("dtype", DTYPE_POOL, ids=str)
+def test_retained_views_hand_off_too(private, dtype):
+    manager_cls = workspace_manager()
+    if manager_cls is None:
+        pytest.skip("the workspace manager (issue 3) does not exist")
+    ws = manager_cls("cpu")
+    ws.get_simultaneous(((3000,), torch.uint8))
+    view, _ = ws.get_retained("kv", (4, 6), dtype)
+    fill_random(view, seed=3)
     _check_handoff(view, private)
 
 

@@ -16,13 +16,24 @@ from interop import _dlpack
 ALIGNMENT = 256
 
 
+def workspace_manager() -> Any:
+    """The façade's ``WorkspaceManager`` class, or ``None`` where it does not exist yet."""
+    manager_cls = getattr(interop, "WorkspaceManager", None)
+    if manager_cls is None:
+        try:
+            from interop._manager import WorkspaceManager as manager_cls
+        except ImportError:
+            return None
+    return manager_cls
+
+
 def carve(specs: Sequence[tuple[tuple[int, ...], torch.dtype]]) -> list[torch.Tensor]:
     """Views carved back to back at 256-byte-aligned addresses, as the workspace does.
 
     Uses the workspace manager's ``get_simultaneous`` when the façade exists, so the views
     are the real thing; otherwise plain aligned slices of one buffer (same layout rules).
     """
-    manager_cls: Any = getattr(interop, "WorkspaceManager", None)
+    manager_cls = workspace_manager()
     if manager_cls is not None:
         return list(manager_cls("cpu").get_simultaneous(*specs))
     sizes = [
