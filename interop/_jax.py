@@ -20,6 +20,7 @@ from ._jax_errors import (
     GradientTrackedError,
     LazyViewError,
     UnsupportedDtypeError,
+    UnsupportedLayoutError,
     X64DisabledError,
 )
 
@@ -52,6 +53,7 @@ _X64_HINT = (
     "True) at start-up, or JAX_ENABLE_X64=1 in the environment (or use a 32-bit dtype)."
 )
 
+_STRIDED = torch.strided
 Fn = TypeVar("Fn", bound=Callable[..., Any])
 
 
@@ -81,7 +83,7 @@ def to_jax(tensor: torch.Tensor, *, stream: torch.cuda.Stream | None = None) -> 
         TypeError: ``tensor`` is not a ``torch.Tensor``.
         X64DisabledError: (a ``TypeError``) 64-bit dtype while JAX's x64 mode is off.
         UnsupportedDtypeError: (a ``TypeError``) a dtype JAX cannot import.
-        UnsupportedLayoutError: (a ``ValueError``) step/column slice, ``expand()``.
+        UnsupportedLayoutError: (a ``ValueError``) step/column slice, ``expand()``, sparse.
         MisalignedViewError: (a ``ValueError``) on CPU, an address not 64-byte aligned.
         DeviceNotVisibleError: (a ``ValueError``) a device this process's JAX cannot see.
         LazyViewError: (a ``ValueError``) torch's conjugate or negative bit is set.
@@ -104,7 +106,7 @@ def to_jax(tensor: torch.Tensor, *, stream: torch.cuda.Stream | None = None) -> 
     if dtype not in SHARED_DTYPES:
         _check_wide_dtype(dtype)
     target = _dlpack.target_for(tensor)
-    if tensor.requires_grad or tensor.is_conj() or tensor.is_neg():
+    if tensor.requires_grad or tensor.is_conj() or tensor.is_neg() or tensor.layout != _STRIDED:
         _refuse_flags(tensor)
     return _dlpack.import_tensor(tensor, target, stream)
 
@@ -124,6 +126,11 @@ def _check_wide_dtype(dtype: torch.dtype) -> None:
 
 
 def _refuse_flags(tensor: torch.Tensor) -> None:
+    if tensor.layout != _STRIDED:
+        raise UnsupportedLayoutError(
+            f"to_jax: a {tensor.layout} tensor has no dense buffer JAX could alias; "
+            "DLPack carries strided tensors only. Call .to_dense() first (a copy)."
+        )
     if tensor.requires_grad:
         raise GradientTrackedError(
             "to_jax: the tensor requires grad; JAX would share its data but autograd would "

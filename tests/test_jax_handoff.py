@@ -108,6 +108,8 @@ REFUSED = [
     ("step-slice", lambda: _aligned()[::2], Layout, ValueError),
     ("column-slice", lambda: _aligned().reshape(8, 8)[:, :4], Layout, ValueError),
     ("expand", lambda: _aligned(8).reshape(1, 8).expand(4, 8), Layout, ValueError),
+    ("sparse-coo", lambda: torch.eye(3).to_sparse(), Layout, ValueError),
+    ("sparse-csr", lambda: torch.eye(3).to_sparse_csr(), Layout, ValueError),
     ("misaligned-cpu", lambda: _aligned()[4:], Aligned, ValueError),
     ("meta-device", lambda: torch.empty(4, device="meta"), Device, ValueError),
     ("conjugate-bit", lambda: torch.ones(4, dtype=torch.complex64).conj(), Lazy, ValueError),
@@ -122,6 +124,7 @@ REFUSED = [
 
 @PATHS
 @pytest.mark.filterwarnings("ignore:ComplexHalf support is experimental")
+@pytest.mark.filterwarnings("ignore:Sparse CSR tensor support is in beta")
 @pytest.mark.parametrize(
     ("make", "error", "builtin"), [r[1:] for r in REFUSED], ids=[r[0] for r in REFUSED]
 )
