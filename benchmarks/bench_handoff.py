@@ -44,11 +44,8 @@ def aligned_views(device: str) -> list[torch.Tensor]:
 
 
 def _public_to_jax(view: torch.Tensor) -> jax.Array:
-    _dlpack.use_private_path = False
-    try:
+    with _dlpack.forced_path(private=False):
         return interop.to_jax(view)
-    finally:
-        _dlpack.use_private_path = _dlpack.PRIVATE_PATH_AVAILABLE
 
 
 def measure(

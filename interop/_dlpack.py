@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 import jax
@@ -142,6 +143,21 @@ def import_tensor(tensor: torch.Tensor, target: Target, stream: Any) -> jax.Arra
         if isinstance(err, ZeroCopyError):
             raise
         raise _translate(err, tensor) from None
+
+
+@contextlib.contextmanager
+def forced_path(private: bool) -> Iterator[None]:
+    """Hand over through the private fast path (where available) or the public fallback.
+
+    For tests and benchmarks: both paths keep the same contract.
+    """
+    global use_private_path
+    saved = use_private_path
+    use_private_path = private and PRIVATE_PATH_AVAILABLE
+    try:
+        yield
+    finally:
+        use_private_path = saved
 
 
 def _disable_private_path() -> None:

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -58,15 +57,8 @@ def fill_random(view: torch.Tensor, seed: int) -> None:
         raw.bitwise_and_(1)
 
 
-@contextlib.contextmanager
-def handoff_path(private: bool) -> Iterator[None]:
-    """Run the body through the fast private path or the public fallback."""
-    saved = _dlpack.use_private_path
-    _dlpack.use_private_path = private and _dlpack.PRIVATE_PATH_AVAILABLE
-    try:
-        yield
-    finally:
-        _dlpack.use_private_path = saved
+#: The fast private path or the public fallback inside a ``with`` block.
+handoff_path = _dlpack.forced_path
 
 
 def test_carved_views_are_aligned_and_disjoint():
