@@ -1,0 +1,33 @@
+"""The notebooks are documentation that runs: execute each one (cells in order, fresh kernel).
+
+A notebook's GPU cells skip themselves without CUDA; the whole file must finish in 60 s.
+"""
+
+import os
+import time
+from pathlib import Path
+
+import nbclient
+import nbformat
+import pytest
+
+NOTEBOOKS = sorted((Path(__file__).parent.parent / "notebooks").glob("*.ipynb"))
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_notebook_runs(path, tmp_path, monkeypatch):
+    monkeypatch.setenv("JAX_PLATFORMS", os.environ.get("JAX_PLATFORMS", "cpu"))
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    nb = nbformat.read(path, as_version=4)
+    client = nbclient.NotebookClient(
+        nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+    )
+    start = time.perf_counter()
+    client.execute()
+    assert time.perf_counter() - start < 60, f"{path.name} took too long for a 2-core CPU"
+    errors = [o for c in nb.cells for o in c.get("outputs", []) if o.output_type == "error"]
+    assert not errors
+
+
+def test_there_are_notebooks():
+    assert len(NOTEBOOKS) >= 1
