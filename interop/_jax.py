@@ -28,7 +28,7 @@ try:
     from jax._src.config import enable_x64 as _x64_state
 
     def _x64_enabled() -> bool:
-        return bool(_x64_state.value)  # honours jax.experimental.enable_x64() too
+        return bool(_x64_state.value)  # honours `with jax.enable_x64(True):` too
 except ImportError:  # pragma: no cover - depends on the installed jax
 
     def _x64_enabled() -> bool:

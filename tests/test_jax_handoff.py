@@ -141,6 +141,16 @@ def test_x64_refusal_says_how_to_enable_it():
         interop.to_jax(torch.tensor([2**40 + 5]))
 
 
+@pytest.mark.skipif(not hasattr(jax, "enable_x64"), reason="no jax.enable_x64 context")
+def test_x64_context_is_honoured():
+    (view,) = carve([((1,), torch.int64)])
+    view.fill_(2**40 + 5)
+    with jax.enable_x64(True):
+        assert interop.to_jax(view).tolist() == [2**40 + 5]
+    with pytest.raises(interop.X64DisabledError):
+        interop.to_jax(view)
+
+
 def test_64_bit_dtypes_are_exact_with_x64_on():
     code = textwrap.dedent(
         """
