@@ -80,6 +80,8 @@ _CPU_KEY = ("cpu", 0)
 _targets: dict[tuple[str, int], Target] = {}
 _targets_lock = threading.Lock()
 _external_streams: dict[tuple[int, int], Any] = {}
+_events: dict[int, Any] = {}
+_wait_lock = threading.Lock()
 
 
 def target_for(tensor: torch.Tensor) -> Target:
@@ -211,14 +213,17 @@ def _make_wait(jax_stream: int | None, device: torch.device, stream: Any) -> Non
         return
     if producer.cuda_stream == jax_stream:
         return
-    key = (jax_stream, device.index or 0)
-    consumer = _external_streams.get(key)
-    if consumer is None:
-        consumer = torch.cuda.ExternalStream(jax_stream, device=device)  # type: ignore[no-untyped-call]
-        _external_streams[key] = consumer
-    event = torch.cuda.Event()  # type: ignore[no-untyped-call]
-    event.record(producer)
-    consumer.wait_event(event)
+    index = device.index or 0
+    with _wait_lock:  # one cached event per device: record and wait must not interleave
+        consumer = _external_streams.get((jax_stream, index))
+        if consumer is None:
+            consumer = torch.cuda.ExternalStream(jax_stream, device=device)  # type: ignore[no-untyped-call]
+            _external_streams[(jax_stream, index)] = consumer
+        event = _events.get(index)
+        if event is None:
+            event = _events[index] = torch.cuda.Event()  # type: ignore[no-untyped-call]
+        event.record(producer)
+        consumer.wait_event(event)  # captures this record; the event may be re-recorded
 
 
 def _import_public(tensor: torch.Tensor, target: Target, stream: Any) -> jax.Array:
