@@ -27,7 +27,10 @@ ALLOCATOR = "XLA_PYTHON_CLIENT_ALLOCATOR"
 #: What JAX takes when nothing is set (JAX's GPU memory documentation).
 DEFAULT_FRACTION = 0.75
 _GPU_PLATFORMS = ("cuda", "rocm", "gpu")
-_GPU_PLUGINS = ("jax_cuda12_plugin", "jax_cuda13_plugin", "jax_rocm60_plugin")
+_GPU_PLUGINS = (
+    "jax_cuda12_plugin", "jax_cuda13_plugin", "jax_plugins.xla_cuda12", "jax_plugins.xla_cuda13",
+    "jax_rocm60_plugin", "jax_rocm7_plugin", "jax_plugins.xla_rocm60", "jax_plugins.xla_rocm7",
+)  # fmt: skip
 
 _warned = False
 _warned_lock = threading.Lock()
@@ -113,7 +116,13 @@ def _jax_gpu_backend_started() -> bool:
 
 
 def _gpu_plugin_installed() -> bool:
-    return any(importlib.util.find_spec(name) is not None for name in _GPU_PLUGINS)
+    for name in _GPU_PLUGINS:
+        try:
+            if importlib.util.find_spec(name) is not None:
+                return True
+        except ImportError:  # the parent package (jax_plugins) is absent
+            continue
+    return False
 
 
 def preallocation_notice(
