@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -21,6 +22,7 @@ import interop
 from interop._jax import SHARED_DTYPES
 
 Row = tuple[str, str, str]
+ROOT = Path(__file__).resolve().parents[1]
 TRIALS = 20
 SLEEP_CYCLES = 20_000_000  # about 10 ms of GPU time: makes a late write late for sure
 
@@ -160,6 +162,7 @@ print(warned, len(caught), round(free_before / 2**30, 1), round(free_after / 2**
 def preallocation() -> list[Row]:
     """JAX's default preallocation is reported; configure_jax_for_sharing() prevents it."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("XLA_PYTHON_CLIENT_")}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
     rows = []
     for name, setup, want_warning in (
         ("default", "", True),
