@@ -165,13 +165,15 @@ def preallocation_notice(
     return f"{verb} {fraction:.0%}"
 
 
-def warn_if_jax_preallocates(device: torch.device | str) -> bool:
+def warn_if_jax_preallocates(device: torch.device | str, *, stacklevel: int = 2) -> bool:
     """Warn once per process when JAX takes most of the GPU a workspace lives on.
 
     Meant for the workspace manager's constructor on CUDA devices; cheap, never starts JAX.
 
     Args:
         device: the workspace's device; only CUDA devices can warn.
+        stacklevel: as for ``warnings.warn``, counted from the caller of this function
+            (a constructor calling it passes 3 to point at its own caller).
 
     Returns:
         Whether this call warned (``False`` for later calls, other devices, or when JAX
@@ -205,6 +207,6 @@ def warn_if_jax_preallocates(device: torch.device | str) -> bool:
             f"{PREALLOCATE}=false (or {MEM_FRACTION}=.25) in the environment before "
             "starting Python."
         ),
-        stacklevel=2,
+        stacklevel=stacklevel,
     )
     return True

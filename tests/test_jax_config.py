@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import linecache
 import subprocess
 import sys
 import textwrap
@@ -57,6 +58,16 @@ def test_warns_once_per_process_with_the_fix(fresh_warning):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert interop.warn_if_jax_preallocates("cuda:0") is False
+
+
+def test_warning_points_at_the_callers_caller(fresh_warning):
+    def constructor():
+        interop.warn_if_jax_preallocates("cuda", stacklevel=3)
+
+    with pytest.warns(interop.JaxPreallocationWarning) as record:
+        constructor()  # the user's line
+    assert record[0].filename == __file__
+    assert "the user's line" in linecache.getline(__file__, record[0].lineno)
 
 
 def test_no_warning_for_cpu_or_when_preallocation_is_off(fresh_warning, monkeypatch):
