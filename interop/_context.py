@@ -1,0 +1,184 @@
+"""Which slot the calling code works in: its lane and its ubatch, per execution context.
+
+Both are context variables, so every thread and every asyncio task sees its own values, and
+a ``with`` block restores the previous value on exit (exceptions included). The original
+read the ubatch from vLLM's dual-batch-overlap thread map; here it is a context variable
+that defaults to 0, and code that tracks ubatches itself can install a provider function
+(:func:`set_ubatch_provider`) consulted whenever no :func:`use_workspace_ubatch` block is
+active.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextvars import ContextVar, Token
+from types import TracebackType
+from typing import Any
+
+from functional_ws import InvalidSlotError
+
+#: The lane of the current execution context (the original's ``_workspace_lane``).
+LANE: ContextVar[int] = ContextVar("functional_ws_lane", default=0)
+#: The ubatch chosen by :func:`use_workspace_ubatch`, or ``None``: ask the provider.
+UBATCH: ContextVar[int | None] = ContextVar("functional_ws_ubatch", default=None)
+
+#: The installed ubatch provider (read by the hot paths; set with :func:`set_ubatch_provider`).
+provider: Callable[[], int] | None = None
+
+
+def _check_index(name: str, value: object) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise InvalidSlotError(f"Workspace {name} must be an int, got {value!r}.")
+    if value < 0:
+        raise InvalidSlotError(f"Workspace {name} must be non-negative, got {value}.")
+    return value
+
+
+class _Selection:
+    """A ``with`` block that sets a context variable and restores it on exit."""
+
+    __slots__ = ("_token", "_value", "_var")
+
+    def __init__(self, var: ContextVar[Any], value: int) -> None:
+        self._var = var
+        self._value = value
+        self._token: Token[Any] | None = None
+
+    def __enter__(self) -> None:
+        if self._token is not None:
+            raise RuntimeError(f"this {self._var.name} selection is already active")
+        self._token = self._var.set(self._value)
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        assert self._token is not None
+        self._var.reset(self._token)
+        self._token = None
+
+
+def use_workspace_lane(lane: int) -> _Selection:
+    """Select an independent workspace lane for this execution context.
+
+    Lanes never share memory: each ``(ubatch, lane)`` slot has its own buffer, retained span
+    and persistent resources. The lane must exist in the manager that serves the request
+    (``num_lanes``); that is checked at the request, as in the original.
+
+    Args:
+        lane: a non-negative int.
+
+    Returns:
+        A context manager; the previous lane is restored on exit.
+
+    Raises:
+        InvalidSlotError: (``ValueError``, "non-negative") ``lane`` is negative or not an
+            int. Raised by the call itself, before the ``with`` block is entered.
+
+    Example:
+        >>> from interop import current_slot, use_workspace_lane
+        >>> with use_workspace_lane(1):
+        ...     current_slot()
+        (0, 1)
+        >>> current_slot()
+        (0, 0)
+    """
+    return _Selection(LANE, _check_index("lane", lane))
+
+
+def use_workspace_ubatch(ubatch: int) -> _Selection:
+    """Select the ubatch slot for this execution context (vLLM's dual-batch overlap).
+
+    Inside the block the ubatch is ``ubatch`` whatever provider is installed.
+
+    Args:
+        ubatch: a non-negative int, below the manager's ``num_ubatches`` at the request.
+
+    Returns:
+        A context manager; the previous selection is restored on exit.
+
+    Raises:
+        InvalidSlotError: (``ValueError``, "non-negative") ``ubatch`` is negative or not an
+            int.
+
+    Example:
+        >>> from interop import current_slot, use_workspace_ubatch
+        >>> with use_workspace_ubatch(1):
+        ...     current_slot()
+        (1, 0)
+    """
+    return _Selection(UBATCH, _check_index("ubatch", ubatch))
+
+
+def set_ubatch_provider(function: Callable[[], int] | None) -> Callable[[], int] | None:
+    """Install a function that says the current ubatch (for code that tracks ubatches itself).
+
+    It is called on each request made outside any :func:`use_workspace_ubatch` block; the
+    setting is process-wide, like vLLM's ``dbo_current_ubatch_id``.
+
+    Args:
+        function: of no arguments, returning a non-negative int; or ``None`` to go back to
+            the default (ubatch 0).
+
+    Returns:
+        The provider that was installed before.
+
+    Raises:
+        TypeError: ``function`` is neither callable nor ``None``.
+
+    Example:
+        >>> from interop import current_slot, set_ubatch_provider
+        >>> previous = set_ubatch_provider(lambda: 1)
+        >>> current_slot()
+        (1, 0)
+        >>> set_ubatch_provider(previous) is not None
+        True
+        >>> current_slot()
+        (0, 0)
+    """
+    global provider
+    if function is not None and not callable(function):
+        raise TypeError(f"provider must be a callable returning an int or None, got {function!r}.")
+    previous, provider = provider, function
+    return previous
+
+
+def provided_ubatch() -> int:
+    """The ubatch outside any :func:`use_workspace_ubatch` block: the provider's, else 0."""
+    if provider is None:
+        return 0
+    ubatch = provider()
+    if not isinstance(ubatch, int) or isinstance(ubatch, bool) or ubatch < 0:
+        raise InvalidSlotError(
+            f"the ubatch provider {provider!r} must return a non-negative int, got {ubatch!r}."
+        )
+    return ubatch
+
+
+def current_index(num_ubatches: int, num_lanes: int) -> int:
+    """Index of the current slot among ``num_ubatches * num_lanes``, or -1 if it is not one.
+
+    The hot paths' slot lookup (``get_simultaneous`` and ``get_retained`` inline it); on -1
+    they take the slow path, where the core's checks say what is wrong.
+    """
+    ubatch = UBATCH.get()
+    if ubatch is None:
+        ubatch = 0 if provider is None else provided_ubatch()
+    lane = LANE.get()
+    if lane < num_lanes and ubatch < num_ubatches:
+        return ubatch * num_lanes + lane
+    return -1
+
+
+def current_slot() -> tuple[int, int]:
+    """The ``(ubatch, lane)`` the calling execution context works in.
+
+    Example:
+        >>> from interop import current_slot
+        >>> current_slot()
+        (0, 0)
+    """
+    ubatch = UBATCH.get()
+    return (provided_ubatch() if ubatch is None else ubatch), LANE.get()

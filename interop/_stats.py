@@ -1,0 +1,70 @@
+"""Statistics: plain frozen records, computed on request from the state and the retired list."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from functional_ws import WorkspaceState, format_bytes
+
+from ._retired import RetiredBuffer
+
+
+@dataclasses.dataclass(frozen=True)
+class SlotStats:
+    """One ``(ubatch, lane)`` slot.
+
+    Attributes:
+        slot: the ``(ubatch, lane)`` pair.
+        capacity: bytes of the slot's current buffer.
+        high_water: the largest request the slot served, in bytes.
+        growths: how many times the slot's buffer was (re)allocated.
+        pinned_bytes: bytes of this slot's retired buffers that live views still hold.
+        pinned_buffers: how many such buffers there are.
+    """
+
+    slot: tuple[int, int]
+    capacity: int
+    high_water: int
+    growths: int
+    pinned_bytes: int
+    pinned_buffers: int
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkspaceStats:
+    """The whole manager: whether it is locked and one :class:`SlotStats` per slot."""
+
+    locked: bool
+    slots: tuple[SlotStats, ...]
+
+    @property
+    def capacity(self) -> int:
+        """Bytes of all current buffers."""
+        return sum(s.capacity for s in self.slots)
+
+    @property
+    def pinned_bytes(self) -> int:
+        """Bytes of retired buffers still held by live views, over all slots."""
+        return sum(s.pinned_bytes for s in self.slots)
+
+    def __str__(self) -> str:
+        lines = [
+            f"WorkspaceStats: {'LOCKED' if self.locked else 'unlocked'}, capacity "
+            f"{format_bytes(self.capacity)}, retired but pinned {format_bytes(self.pinned_bytes)}"
+        ]
+        for s in self.slots:
+            lines.append(
+                f"  slot {s.slot}: capacity {format_bytes(s.capacity)}, high water "
+                f"{format_bytes(s.high_water)}, {s.growths} growths, pinned "
+                f"{format_bytes(s.pinned_bytes)} in {s.pinned_buffers} buffers"
+            )
+        return "\n".join(lines)
+
+
+def collect(state: WorkspaceState, pinned: list[RetiredBuffer]) -> WorkspaceStats:
+    """The statistics of a manager in ``state`` whose retired buffers ``pinned`` are alive."""
+    slots = []
+    for slot, s in zip(state.all_slots(), state.slots, strict=True):
+        mine = [r.nbytes for r in pinned if r.slot == slot]
+        slots.append(SlotStats(slot, s.capacity, s.high_water, s.growths, sum(mine), len(mine)))
+    return WorkspaceStats(state.locked, tuple(slots))
