@@ -4,6 +4,21 @@ It holds a :class:`functional_ws.WorkspaceState` and the device buffers, carries
 growth the pure core plans, and hands out typed views.
 """
 
+from functional_ws import InvalidSlotError as InvalidSlotError
+from functional_ws import InvalidSpecError as InvalidSpecError
+from functional_ws import LaneNotConfiguredError as LaneNotConfiguredError
+from functional_ws import NotInitializedError as NotInitializedError
+from functional_ws import PersistentKeyLockedError as PersistentKeyLockedError
+from functional_ws import PersistentMismatchError as PersistentMismatchError
+from functional_ws import UbatchNotConfiguredError as UbatchNotConfiguredError
+from functional_ws import WorkspaceError as WorkspaceError
+from functional_ws import WorkspaceLockedError as WorkspaceLockedError
+
+from ._context import current_slot as current_slot
+from ._context import set_ubatch_provider as set_ubatch_provider
+from ._context import use_workspace_lane as use_workspace_lane
+from ._context import use_workspace_ubatch as use_workspace_ubatch
+from ._device import GrowthDuringCaptureError as GrowthDuringCaptureError
 from ._jax import jax_call as jax_call
 from ._jax import to_jax as to_jax
 from ._jax import to_torch as to_torch
@@ -22,24 +37,56 @@ from ._jax_errors import UnsupportedDtypeError as UnsupportedDtypeError
 from ._jax_errors import UnsupportedLayoutError as UnsupportedLayoutError
 from ._jax_errors import X64DisabledError as X64DisabledError
 from ._jax_errors import ZeroCopyError as ZeroCopyError
+from ._manager import WorkspaceManager as WorkspaceManager
+from ._module_api import current_workspace_manager as current_workspace_manager
+from ._module_api import init_workspace_manager as init_workspace_manager
+from ._module_api import is_workspace_manager_initialized as is_workspace_manager_initialized
+from ._module_api import lock_workspace as lock_workspace
+from ._module_api import reset_workspace_manager as reset_workspace_manager
+from ._module_api import unlock_workspace as unlock_workspace
+from ._stats import SlotStats as SlotStats
+from ._stats import WorkspaceStats as WorkspaceStats
 
 __all__ = [
     "DeviceNotVisibleError",
     "GradientTrackedError",
+    "GrowthDuringCaptureError",
     "HandoffError",
+    "InvalidSlotError",
+    "InvalidSpecError",
     "JaxAlreadyStartedError",
     "JaxPreallocationWarning",
     "JaxSettingError",
+    "LaneNotConfiguredError",
     "LazyViewError",
     "MisalignedViewError",
+    "NotInitializedError",
+    "PersistentKeyLockedError",
+    "PersistentMismatchError",
     "ShardedArrayError",
+    "SlotStats",
+    "UbatchNotConfiguredError",
     "UnsupportedDtypeError",
     "UnsupportedLayoutError",
+    "WorkspaceError",
+    "WorkspaceLockedError",
+    "WorkspaceManager",
+    "WorkspaceStats",
     "X64DisabledError",
     "ZeroCopyError",
     "configure_jax_for_sharing",
+    "current_slot",
+    "current_workspace_manager",
+    "init_workspace_manager",
+    "is_workspace_manager_initialized",
     "jax_call",
+    "lock_workspace",
+    "reset_workspace_manager",
+    "set_ubatch_provider",
     "to_jax",
     "to_torch",
+    "unlock_workspace",
+    "use_workspace_lane",
+    "use_workspace_ubatch",
     "warn_if_jax_preallocates",
 ]

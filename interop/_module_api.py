@@ -1,0 +1,118 @@
+"""The original's module-level API: one process-wide manager and functions that reach it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from typing import Any
+
+import torch
+
+import functional_ws as fws
+from functional_ws import NotInitializedError
+
+from ._diagnostics import logger
+from ._manager import WorkspaceManager
+
+_manager: WorkspaceManager | None = None
+
+
+def init_workspace_manager(
+    device: torch.device | str,
+    num_ubatches: int | None = None,
+    num_lanes: int = 1,
+    alloc_context: Callable[[], AbstractContextManager[Any]] = nullcontext,
+    *,
+    growth: fws.GrowthPolicy = "slot",
+) -> None:
+    """Initialize the workspace manager with a device.
+
+    Must be called before the other workspace functions (vLLM calls it from
+    ``GPUModelRunner.__init__``). Calling it again logs a warning and replaces the manager.
+
+    Args:
+        device: the device to allocate the workspace on.
+        num_ubatches: number of ubatch slots; ``None`` means 1.
+        num_lanes: independent execution lanes per ubatch.
+        alloc_context: factory of the context every buffer is allocated in.
+        growth: the growth policy, ``"slot"`` (the original) or ``"ubatches"``.
+
+    Raises:
+        InvalidSpecError: (``ValueError``, "at least one") a count below one.
+
+    Example:
+        >>> from interop import (current_workspace_manager, init_workspace_manager,
+        ...                      reset_workspace_manager)
+        >>> init_workspace_manager("cpu")
+        >>> current_workspace_manager()
+        WorkspaceManager(device=cpu, 1 ubatch x 1 lane, 0 B, unlocked)
+        >>> reset_workspace_manager()
+    """
+    global _manager
+    manager = WorkspaceManager(device, num_ubatches, num_lanes, alloc_context, growth=growth)
+    if _manager is not None:
+        logger.warning(
+            "WorkspaceManager already initialized on device %s, reinitializing on device %s",
+            _manager.device,
+            manager.device,
+        )
+    _manager = manager
+
+
+def current_workspace_manager() -> WorkspaceManager:
+    """Get the current workspace manager instance.
+
+    Raises:
+        NotInitializedError: (``AssertionError``, "not initialized") before
+            :func:`init_workspace_manager`.
+
+    Example:
+        >>> from interop import current_workspace_manager
+        >>> current_workspace_manager()
+        Traceback (most recent call last):
+        ...
+        functional_ws._errors.NotInitializedError: WorkspaceManager not initialized. ...
+    """
+    if _manager is None:
+        raise NotInitializedError(
+            "WorkspaceManager not initialized. Call init_workspace_manager() with a device "
+            "before using workspace functions."
+        )
+    return _manager
+
+
+def is_workspace_manager_initialized() -> bool:
+    """Check if workspace manager has been initialized.
+
+    Returns:
+        True if :func:`init_workspace_manager` ran and :func:`reset_workspace_manager` did not
+        since.
+    """
+    return _manager is not None
+
+
+def lock_workspace() -> None:
+    """Lock the workspace to prevent growth or new persistent resources.
+
+    Call it after warm-up, when every slot has seen its largest requests (or after
+    :meth:`WorkspaceManager.reserve`); later requests must fit.
+
+    Raises:
+        NotInitializedError: (``AssertionError``) no manager.
+    """
+    current_workspace_manager().lock()
+
+
+def unlock_workspace() -> None:
+    """Unlock the workspace to allow growth (elastic EP scaling); lock again afterwards.
+
+    Raises:
+        NotInitializedError: (``AssertionError``) no manager.
+    """
+    current_workspace_manager().unlock()
+
+
+def reset_workspace_manager() -> None:
+    """Reset the workspace manager to the uninitialized state (mostly for tests)."""
+    global _manager
+    _manager = None
