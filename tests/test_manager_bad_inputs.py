@@ -1,0 +1,189 @@
+"""Every bad input to the façade: the original's exception type, a message naming the argument
+and value, and a manager that lost nothing (state, retained bytes, persistent contents)."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+import torch
+
+import interop
+from interop import WorkspaceManager, use_workspace_lane, use_workspace_ubatch
+
+DEVICE = torch.device(os.environ.get("FUNCTIONAL_WS_TEST_DEVICE", "cpu"))
+F32, U8 = torch.float32, torch.uint8
+
+
+def _in_slot(ubatch, lane, call):
+    def run(ws):
+        with use_workspace_ubatch(ubatch), use_workspace_lane(lane):
+            return call(ws)
+
+    return run
+
+
+def _with_provider(value):
+    def run(ws):
+        previous = interop.set_ubatch_provider(lambda: value)
+        try:
+            return ws.get_simultaneous(((4,), F32))
+        finally:
+            interop.set_ubatch_provider(previous)
+
+    return run
+
+
+def _load(text):
+    def run(ws, tmp_path):
+        path = tmp_path / "plan.json"
+        path.write_text(text)
+        return ws.load_plan(path)
+
+    return run
+
+
+_other_plan = json.dumps(WorkspaceManager("cpu", num_ubatches=2, num_lanes=3).state.to_dict())
+
+# id, call(ws) or call(ws, tmp_path), locked first?, error type, fragments of the message
+CASES = [
+    ("negative-dim", lambda ws: ws.get_simultaneous(((-1,), F32)), False, ValueError,
+     ["-1", "shape"]),
+    ("float-dim", lambda ws: ws.get_simultaneous(((1.5,), F32)), False, ValueError, ["1.5"]),
+    ("bool-dim", lambda ws: ws.get_simultaneous(((True,), F32)), False, ValueError, ["True"]),
+    ("list-shape", lambda ws: ws.get_simultaneous(([3], F32)), False, ValueError, ["[3]"]),
+    ("int-shape", lambda ws: ws.get_simultaneous((3, F32)), False, ValueError, ["(3,)"]),
+    ("numpy-dtype", lambda ws: ws.get_simultaneous(((3,), np.float32)), False, ValueError,
+     ["torch.dtype", "float32"]),
+    ("string-dtype", lambda ws: ws.get_simultaneous(((3,), "float32")), False, ValueError,
+     ["dtype", "'float32'"]),
+    ("not-a-pair", lambda ws: ws.get_simultaneous(((3,),)), False, ValueError, ["specs[0]"]),
+    ("second-spec", lambda ws: ws.get_simultaneous(((3,), F32), ((-2,), F32)), False,
+     ValueError, ["specs[1]", "-2"]),
+    ("overflow", lambda ws: ws.get_simultaneous(((2**62, 2), U8)), False, ValueError,
+     ["2**63"]),
+    ("try-get-bad-spec", lambda ws: ws.try_get_simultaneous(((-1,), F32)), True, ValueError,
+     ["-1"]),
+    ("retain-negative", lambda ws: ws.get_retained("kv", (-5,), U8), False, ValueError,
+     ["-5", "shape"]),
+    ("retain-unhashable-key", lambda ws: ws.get_retained(["k"], (5,), U8), False, ValueError,
+     ["key", "['k']"]),
+    ("retain-numpy-dtype", lambda ws: ws.get_retained("kv", (5,), np.uint8), False,
+     ValueError, ["dtype", "torch.dtype"]),
+    ("persistent-negative", lambda ws: ws.get_persistent("p", (-2,), F32), False, ValueError,
+     ["-2", "shape"]),
+    ("persistent-numpy-dtype", lambda ws: ws.get_persistent("p", (2,), np.float32), False,
+     ValueError, ["dtype", "torch.dtype"]),
+    ("persistent-unhashable-key", lambda ws: ws.get_persistent({"k": 1}, (2,), F32), False,
+     ValueError, ["key"]),
+    ("persistent-changed-shape", lambda ws: ws.get_persistent("w", (5,), F32), False,
+     ValueError, ["requested shape=(5,)", "'w'"]),
+    ("persistent-changed-dtype", lambda ws: ws.get_persistent("w", (4,), U8), False,
+     ValueError, ["requested shape", "torch.uint8"]),
+    ("resource-unhashable-key", lambda ws: ws.get_persistent_resource([1], dict), False,
+     ValueError, ["key", "[1]"]),
+    ("resource-factory-not-callable", lambda ws: ws.get_persistent_resource("new", 5), False,
+     TypeError, ["factory", "5"]),
+    ("locked-growth", lambda ws: ws.get_simultaneous(((4096,), U8)), True, AssertionError,
+     ["Workspace is locked", "test_manager_bad_inputs.py"]),
+    ("locked-retain-growth", lambda ws: ws.get_retained("kv", (4096,), U8), True,
+     AssertionError, ["Workspace is locked"]),
+    ("locked-new-resource", lambda ws: ws.get_persistent_resource("new", dict), True,
+     AssertionError, ["'new'", "was not allocated during warmup"]),
+    ("locked-new-persistent", lambda ws: ws.get_persistent("new", (2,), F32), True,
+     AssertionError, ["'new'", "was not allocated during warmup"]),
+    ("locked-reserve", lambda ws: ws.reserve(((4096,), U8)), True, AssertionError,
+     ["Workspace is locked"]),
+    ("reserve-bad-request", lambda ws: ws.reserve(((-3,), U8)), False, ValueError,
+     ["requests[0]", "-3"]),
+    ("reserve-bad-slot", lambda ws: ws.reserve(((3,), U8), slots=[(0, 7)]), False,
+     RuntimeError, ["lane 7", "is not configured"]),
+    ("reserve-slots-not-a-list", lambda ws: ws.reserve(((3,), U8), slots=5), False,
+     ValueError, ["slots", "5"]),
+    ("lane-not-configured", _in_slot(0, 7, lambda ws: ws.get_simultaneous(((4,), F32))), False,
+     RuntimeError, ["lane 7", "is not configured"]),
+    ("ubatch-not-configured", _in_slot(3, 0, lambda ws: ws.get_retained("kv", (4,), F32)),
+     False, RuntimeError, ["ubatch 3", "is not configured"]),
+    ("resource-lane-not-configured", _in_slot(0, 7, lambda ws: ws.get_persistent("w", (4,), F32)),
+     False, RuntimeError, ["lane 7"]),
+    ("provider-negative", _with_provider(-1), False, ValueError, ["non-negative", "-1"]),
+    ("provider-not-int", _with_provider("0"), False, ValueError, ["provider", "'0'"]),
+    ("plan-not-json", _load("{"), False, ValueError, ["Expecting"]),
+    ("plan-malformed", _load('{"format": "nope"}'), False, ValueError, ["format", "'nope'"]),
+    ("plan-other-lanes", _load(_other_plan), False, ValueError, ["num_lanes=3"]),
+]  # fmt: skip
+
+
+def _base():
+    ws = WorkspaceManager(DEVICE, num_ubatches=2, num_lanes=2)
+    ws.get_simultaneous(((1000,), U8))
+    view, _ = ws.get_retained("kv", (64,), U8)
+    view.copy_(torch.arange(64, dtype=U8))
+    ws.get_persistent("w", (4,), F32).copy_(torch.tensor([1.0, 2.0, 3.0, 4.0]))
+    ws.get_persistent_resource("r", lambda: ["resource"])
+    return ws
+
+
+def _snapshot(ws):
+    """State, retained bytes, persistent contents and buffer address of slot (0, 0)."""
+    start = ws.state.slots[0].retained[1]
+    buffer = ws._slot_buffer((0, 0))
+    retained = buffer[start : start + 64].clone()
+    persistent = ws.get_persistent("w", (4,), F32).clone()
+    return ws.state, retained, persistent, buffer.data_ptr()
+
+
+@pytest.mark.parametrize(
+    ("call", "locked", "kind", "fragments"),
+    [pytest.param(*case[1:], id=case[0]) for case in CASES],
+)
+def test_bad_input_is_refused_clearly_and_loses_nothing(call, locked, kind, fragments, tmp_path):
+    ws = _base()
+    if locked:
+        ws.lock()
+    state, retained, persistent, base = _snapshot(ws)
+    with pytest.raises(kind) as info:
+        call(ws, tmp_path) if call.__code__.co_argcount == 2 else call(ws)
+    for fragment in fragments:
+        assert fragment in str(info.value), (fragment, str(info.value))
+    assert ws.state is state
+    _, after_retained, after_persistent, after_base = _snapshot(ws)
+    assert after_base == base
+    assert torch.equal(after_retained, retained) and torch.equal(after_persistent, persistent)
+    assert ws.get_retained("kv", (64,), U8)[1], "the retained span is still intact"
+    assert ws.get_persistent_resource("r", list) == ["resource"]
+
+
+CONSTRUCTION = [
+    ("no-lanes", lambda: WorkspaceManager(DEVICE, num_lanes=0), ValueError,
+     ["num_lanes", "at least one", "0"]),
+    ("no-ubatches", lambda: WorkspaceManager(DEVICE, num_ubatches=0), ValueError,
+     ["num_ubatches", "at least one"]),
+    ("string-lanes", lambda: WorkspaceManager(DEVICE, num_lanes="2"), ValueError,
+     ["num_lanes", "'2'"]),
+    ("alignment-not-power-of-two", lambda: WorkspaceManager(DEVICE, alignment=100), ValueError,
+     ["alignment", "100"]),
+    ("unknown-growth-policy", lambda: WorkspaceManager(DEVICE, growth="all"), ValueError,
+     ["growth", "'all'"]),
+    ("alloc-context-not-callable", lambda: WorkspaceManager(DEVICE, alloc_context=5),
+     TypeError, ["alloc_context", "5"]),
+    ("unknown-device", lambda: WorkspaceManager("bogus"), RuntimeError, ["bogus"]),
+    ("negative-lane", lambda: use_workspace_lane(-1), ValueError, ["non-negative", "-1"]),
+    ("bool-lane", lambda: use_workspace_lane(True), ValueError, ["lane", "True"]),
+    ("negative-ubatch", lambda: use_workspace_ubatch(-2), ValueError, ["non-negative", "-2"]),
+    ("provider-not-callable", lambda: interop.set_ubatch_provider(5), TypeError,
+     ["provider", "5"]),
+    ("init-no-lanes", lambda: interop.init_workspace_manager(DEVICE, num_lanes=0), ValueError,
+     ["at least one"]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("call", "kind", "fragments"), [pytest.param(*c[1:], id=c[0]) for c in CONSTRUCTION]
+)
+def test_bad_construction_is_refused_clearly(call, kind, fragments):
+    with pytest.raises(kind) as info:
+        call()
+    for fragment in fragments:
+        assert fragment in str(info.value), (fragment, str(info.value))
+    assert not interop.is_workspace_manager_initialized()

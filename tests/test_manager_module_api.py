@@ -1,0 +1,93 @@
+"""The original's module-level singleton functions, and the pinned public names of the façade."""
+
+import logging
+import os
+
+import pytest
+import torch
+
+import interop
+from interop import (
+    NotInitializedError,
+    current_workspace_manager,
+    init_workspace_manager,
+    is_workspace_manager_initialized,
+    lock_workspace,
+    reset_workspace_manager,
+    unlock_workspace,
+)
+
+DEVICE = torch.device(os.environ.get("FUNCTIONAL_WS_TEST_DEVICE", "cpu"))
+
+FACADE_NAMES = {
+    "GrowthDuringCaptureError", "InvalidSlotError", "InvalidSpecError",
+    "LaneNotConfiguredError", "NotInitializedError", "PersistentKeyLockedError",
+    "PersistentMismatchError", "SlotStats", "UbatchNotConfiguredError", "WorkspaceError",
+    "WorkspaceLockedError", "WorkspaceManager", "WorkspaceStats", "current_slot",
+    "current_workspace_manager", "init_workspace_manager", "is_workspace_manager_initialized",
+    "lock_workspace", "reset_workspace_manager", "set_ubatch_provider", "unlock_workspace",
+    "use_workspace_lane", "use_workspace_ubatch",
+}  # fmt: skip
+
+
+@pytest.fixture(autouse=True)
+def _no_manager():
+    reset_workspace_manager()
+    yield
+    reset_workspace_manager()
+
+
+def test_public_names_of_the_facade_are_pinned():
+    assert set(interop.__all__) >= FACADE_NAMES
+    for name in interop.__all__:
+        assert hasattr(interop, name), name
+
+
+def test_use_before_init_raises_not_initialized():
+    assert not is_workspace_manager_initialized()
+    for call in (current_workspace_manager, lock_workspace, unlock_workspace):
+        with pytest.raises(AssertionError, match="not initialized"):
+            call()
+    with pytest.raises(NotInitializedError):
+        current_workspace_manager()
+
+
+def test_init_lock_unlock_and_reset():
+    init_workspace_manager(DEVICE, num_ubatches=2, num_lanes=3)
+    assert is_workspace_manager_initialized()
+    ws = current_workspace_manager()
+    assert ws.state.num_ubatches == 2 and ws.state.num_lanes == 3 and ws.device == DEVICE
+    ws.get_simultaneous(((64,), torch.uint8))
+    lock_workspace()
+    assert ws.is_locked()
+    with pytest.raises(AssertionError, match="Workspace is locked"):
+        ws.get_simultaneous(((4096,), torch.uint8))
+    unlock_workspace()
+    assert not ws.is_locked()
+    reset_workspace_manager()
+    assert not is_workspace_manager_initialized()
+
+
+def test_init_again_warns_and_replaces(caplog):
+    init_workspace_manager(DEVICE)
+    first = current_workspace_manager()
+    with caplog.at_level(logging.WARNING, logger="interop"):
+        init_workspace_manager(DEVICE, growth="ubatches")
+    assert "already initialized" in caplog.text and "reinitializing" in caplog.text
+    assert current_workspace_manager() is not first
+    assert current_workspace_manager().state.growth == "ubatches"
+
+
+def test_init_passes_alloc_context_through():
+    entered = []
+
+    class Pool:
+        def __enter__(self):
+            entered.append(True)
+
+        def __exit__(self, *exc):
+            return None
+
+    init_workspace_manager(DEVICE, alloc_context=Pool)
+    current_workspace_manager().get_simultaneous(((8,), torch.uint8))
+    assert entered == [True]
