@@ -5,7 +5,8 @@
     .venv/bin/python benchmarks/bench_hot_path.py --device cuda
 
 Every candidate runs in the same process, in interleaved rounds (the order rotates each
-round), each round timing a batch of calls. The microseconds are medians over rounds; each
+round), each round timing a batch of calls with ``timeit`` (the bare call statement in a
+loop, garbage collector off). The microseconds are medians over rounds; each
 ratio is the median over rounds of the ratio within a round, which cancels load that drifts
 on a shared machine. The baseline, :class:`OriginalAlgorithm`, is our own code that takes
 the original ``WorkspaceManager``'s steps one by one on every call: context-variable reads,
@@ -19,13 +20,13 @@ from __future__ import annotations
 
 import argparse
 import contextvars
-import gc
 import math
 import statistics
-import time
+import threading
+import timeit
 from collections.abc import Callable, Hashable, Sequence
 from itertools import accumulate
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -37,7 +38,9 @@ _ubatch_of_thread: dict[int, int] = {}  # what vLLM's dual-batch overlap keeps; 
 
 
 def _current_ubatch() -> int:
-    return _ubatch_of_thread.get(0, 0) if _ubatch_of_thread else 0
+    if len(_ubatch_of_thread) == 0:
+        return 0
+    return _ubatch_of_thread[threading.get_ident()]
 
 
 def _bytes_of(shape: tuple[int, ...], dtype: torch.dtype) -> int:
@@ -45,11 +48,22 @@ def _bytes_of(shape: tuple[int, ...], dtype: torch.dtype) -> int:
 
 
 def _round_up(n: int, alignment: int) -> int:
-    return (n + alignment - 1) // alignment * alignment
+    return ((n + alignment - 1) // alignment) * alignment
+
+
+def _round_down(n: int, alignment: int) -> int:
+    return (n // alignment) * alignment
 
 
 class OriginalAlgorithm:
     """The original manager's per-call work, step by step, for one slot that is big enough.
+
+    The same calls in the same order as the original: the slot lookup (a context-variable
+    read and the ubatch lookup) twice per request, a byte count per view, ``round_up``,
+    ``accumulate``, the size check through a static helper, the retained-span check, then
+    slice, ``view(dtype)`` and ``reshape`` per view; ``get_persistent`` builds its factory
+    lambda and goes through ``get_persistent_resource``. Growth is left out: the benchmark
+    measures the warm, locked path.
 
     Args:
         device: where the buffer lives.
@@ -66,6 +80,12 @@ class OriginalAlgorithm:
         self._device = device
         self._locked = True
 
+    @staticmethod
+    def _size(buffer: torch.Tensor | None) -> int:
+        if buffer is None:
+            return 0
+        return buffer.numel() * buffer.element_size()
+
     def _slot(self) -> int:
         lane = _lane.get()
         if lane >= self._num_lanes:
@@ -74,9 +94,9 @@ class OriginalAlgorithm:
 
     def _ensure(self, required: int) -> torch.Tensor:
         buffer = self._buffers[self._slot()]
-        assert buffer is not None
-        if buffer.numel() * buffer.element_size() < required:
+        if self._size(buffer) < required:
             raise AssertionError("the benchmark never grows")
+        assert buffer is not None
         return buffer
 
     def get_simultaneous(self, *specs: tuple[tuple[int, ...], torch.dtype]) -> list[torch.Tensor]:
@@ -100,7 +120,7 @@ class OriginalAlgorithm:
         nbytes = _bytes_of(shape, dtype)
         slot = self._slot()
         buffer = self._ensure(nbytes)
-        start = (buffer.numel() - nbytes) // ALIGNMENT * ALIGNMENT
+        start = _round_down(buffer.numel() - nbytes, ALIGNMENT)
         intact = self._retained[slot] == (key, start)
         self._retained[slot] = (key, start)
         return buffer[start : start + nbytes].view(dtype).reshape(shape), intact
@@ -111,7 +131,7 @@ class OriginalAlgorithm:
             if self._locked:
                 raise AssertionError(f"{key!r} was not allocated during warmup")
             resources[key] = factory()
-        return resources[key]
+        return cast(Any, resources[key])
 
     def get_persistent(
         self, key: Hashable, shape: tuple[int, ...], dtype: torch.dtype, *, zero_init: bool = False
@@ -138,7 +158,8 @@ TARGETS = {
 }
 
 
-def _cases(device: torch.device) -> dict[str, dict[str, Callable[[], object]]]:
+def _cases(device: torch.device) -> dict[str, dict[str, timeit.Timer]]:
+    """Per case, one timer per candidate: each times the bare call statement (no wrapper)."""
     ours = WorkspaceManager(device)
     ours.reserve(list(SPECS_3), RETAINED[1:], slots=[(0, 0)])
     capacity = ours.stats().slots[0].capacity
@@ -149,37 +170,41 @@ def _cases(device: torch.device) -> dict[str, dict[str, Callable[[], object]]]:
         manager.get_retained(*RETAINED)
     ours.lock()
     base._locked = True
-
-    def empty(specs: Sequence[tuple[tuple[int, ...], torch.dtype]]) -> Callable[[], object]:
-        return lambda: [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in specs]
-
-    return {
+    names = {
+        "ours": ours,
+        "base": base,
+        "torch": torch,
+        "device": device,
+        "S1": SPECS_1,
+        "S3": SPECS_3,
+        "R": RETAINED,
+        "P": PERSISTENT,
+    }
+    empty = "[torch.empty(shape, dtype=dtype, device=device) for shape, dtype in {}]"
+    statements = {
         "get_simultaneous x1": {
-            "baseline": lambda: base.get_simultaneous(*SPECS_1),
-            "ours": lambda: ours.get_simultaneous(*SPECS_1),
-            "torch.empty": empty(SPECS_1),
+            "baseline": "base.get_simultaneous(*S1)",
+            "ours": "ours.get_simultaneous(*S1)",
+            "torch.empty": empty.format("S1"),
         },
         "get_simultaneous x3": {
-            "baseline": lambda: base.get_simultaneous(*SPECS_3),
-            "ours": lambda: ours.get_simultaneous(*SPECS_3),
-            "torch.empty": empty(SPECS_3),
+            "baseline": "base.get_simultaneous(*S3)",
+            "ours": "ours.get_simultaneous(*S3)",
+            "torch.empty": empty.format("S3"),
         },
         "get_retained": {
-            "baseline": lambda: base.get_retained(*RETAINED),
-            "ours": lambda: ours.get_retained(*RETAINED),
+            "baseline": "base.get_retained(*R)",
+            "ours": "ours.get_retained(*R)",
         },
         "get_persistent": {
-            "baseline": lambda: base.get_persistent(*PERSISTENT),
-            "ours": lambda: ours.get_persistent(*PERSISTENT),
+            "baseline": "base.get_persistent(*P)",
+            "ours": "ours.get_persistent(*P)",
         },
     }
-
-
-def _per_call_us(fn: Callable[[], object], calls: int) -> float:
-    start = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    return (time.perf_counter() - start) / calls * 1e6
+    return {
+        case: {name: timeit.Timer(stmt, globals=names) for name, stmt in by_name.items()}
+        for case, by_name in statements.items()
+    }
 
 
 def measure(
@@ -194,20 +219,15 @@ def measure(
     """
     cases = _cases(device)
     samples: dict[str, dict[str, list[float]]] = {
-        case: {name: [] for name in fns} for case, fns in cases.items()
+        case: {name: [] for name in timers} for case, timers in cases.items()
     }
-    gc_was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        for r in range(rounds):
-            for case, fns in cases.items():
-                names = list(fns)
-                names = names[r % len(names) :] + names[: r % len(names)]
-                for name in names:
-                    samples[case][name].append(_per_call_us(fns[name], calls))
-    finally:
-        if gc_was_enabled:
-            gc.enable()
+    for r in range(rounds):  # timeit turns the garbage collector off while it times
+        for case, timers in cases.items():
+            names = list(timers)
+            names = names[r % len(names) :] + names[: r % len(names)]
+            for name in names:
+                seconds = timers[name].timeit(number=calls)
+                samples[case][name].append(seconds / calls * 1e6)
     results: dict[str, dict[str, float]] = {}
     for case, by_name in samples.items():
         medians = {name: statistics.median(values) for name, values in by_name.items()}

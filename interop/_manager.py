@@ -39,7 +39,7 @@ from functional_ws import (
 from . import _context, _plans
 from ._buffers import SlotBuffers
 from ._checks import check_torch_dtype, memoisable, plain_shape
-from ._context import LANE, UBATCH, current_slot, provided_ubatch
+from ._context import SLOT, current_slot, provided_ubatch
 from ._diagnostics import caller_origin, debug_enabled, logger
 from ._persistent import PersistentResources
 from ._stats import WorkspaceStats, collect
@@ -130,6 +130,9 @@ class WorkspaceManager(PersistentResources):
         # Per slot: raw request -> [state the replay left unchanged, plan, carved views].
         self._acquired: list[dict[Any, list[Any]]] = [{} for _ in range(count)]
         self._retained: list[dict[Any, list[Any]]] = [{} for _ in range(count)]
+        # The same memos indexed [ubatch][lane], as the hot paths look them up.
+        self._acquired_at = _by_slot(self._acquired, self._num_lanes)
+        self._retained_at = _by_slot(self._retained, self._num_lanes)
         self._resources: list[dict[Hashable, Any]] = [{} for _ in range(count)]
         self._mutex = threading.RLock()
 
@@ -228,34 +231,28 @@ class WorkspaceManager(PersistentResources):
             GrowthDuringCaptureError: (``RuntimeError``) growth during CUDA graph capture.
         """
         # The hot path, inlined (each function call costs about a tenth of a microsecond):
-        # find the slot, look the request up in its memo, check the dims are plain ints,
-        # replay the core's plan unless this state is known to leave it unchanged, view.
-        ubatch = UBATCH.get()
+        # find the slot's memo, look the request up, check the dims are plain ints, replay
+        # the core's plan unless this state is known to leave it unchanged, make views.
+        ubatch, lane = SLOT.get()
         if ubatch is None:
             ubatch = 0 if _context.provider is None else provided_ubatch()
-        lane = LANE.get()
-        if lane < self._num_lanes and ubatch < self._num_ubatches:
-            try:
-                entry = self._acquired[ubatch * self._num_lanes + lane].get(shapes_and_dtypes)
-            except TypeError:  # unhashable: the slow path explains or serves it
-                entry = None
-            if entry is not None:
-                # A memoised ((1,), dtype) equals ((True,), dtype) and ((1.0,), dtype): check.
-                for shape, _ in shapes_and_dtypes:
-                    for dim in shape:
-                        if type(dim) is not int:
-                            return self._acquire(shapes_and_dtypes)
-                state = self._state
-                if entry[0] is not state:
-                    new, layout = replay_acquire(state, entry[1])
-                    if layout is not entry[1] or (
-                        new is not state and not self._commit(state, new)
-                    ):
-                        return self._acquire(shapes_and_dtypes)
-                    if new is state:
-                        entry[0] = state
-                return entry[2]()  # type: ignore[no-any-return]
-        return self._acquire(shapes_and_dtypes)
+        try:  # lane and ubatch are non-negative ints: too large raises IndexError
+            entry = self._acquired_at[ubatch][lane][shapes_and_dtypes]
+        except (IndexError, KeyError, TypeError):  # the slow path serves it or explains
+            return self._acquire(shapes_and_dtypes)
+        # A memoised ((1,), dtype) equals ((True,), dtype) and ((1.0,), dtype): check.
+        for shape, _ in shapes_and_dtypes:
+            for dim in shape:
+                if type(dim) is not int:
+                    return self._acquire(shapes_and_dtypes)
+        state = self._state
+        if entry[0] is not state:
+            new, layout = replay_acquire(state, entry[1])
+            if layout is not entry[1] or (new is not state and not self._commit(state, new)):
+                return self._acquire(shapes_and_dtypes)
+            if new is state:
+                entry[0] = state
+        return entry[2]()  # type: ignore[no-any-return]
 
     def try_get_simultaneous(
         self, *shapes_and_dtypes: tuple[tuple[int, ...], torch.dtype]
@@ -344,24 +341,22 @@ class WorkspaceManager(PersistentResources):
             >>> intact, ws.get_retained("kv", (16,), torch.float32)[1]
             (False, True)
         """
-        ubatch = UBATCH.get()  # the slot lookup of get_simultaneous, inlined likewise
+        ubatch, lane = SLOT.get()  # the slot lookup of get_simultaneous, inlined likewise
         if ubatch is None:
             ubatch = 0 if _context.provider is None else provided_ubatch()
-        lane = LANE.get()
-        if lane < self._num_lanes and ubatch < self._num_ubatches:
-            try:
-                entry = self._retained[ubatch * self._num_lanes + lane].get((key, shape, dtype))
-            except TypeError:
-                entry = None
-            if entry is not None and plain_shape(shape):
-                state = self._state
-                if entry[0] is state:  # the replay left this state unchanged: intact
-                    return entry[2].view(dtype), True
-                new, span, intact = replay_retain(state, entry[1])
-                if span is entry[1] and (new is state or self._commit(state, new)):
-                    if new is state:
-                        entry[0] = state
-                    return entry[2].view(dtype), intact
+        try:
+            entry = self._retained_at[ubatch][lane][key, shape, dtype]
+        except (IndexError, KeyError, TypeError):
+            entry = None
+        if entry is not None and plain_shape(shape):
+            state = self._state
+            if entry[0] is state:  # the replay left this state unchanged: intact
+                return entry[2].view(dtype), True
+            new, span, intact = replay_retain(state, entry[1])
+            if span is entry[1] and (new is state or self._commit(state, new)):
+                if new is state:
+                    entry[0] = state
+                return entry[2].view(dtype), intact
         return self._retain(key, shape, dtype)
 
     def _retain(
@@ -480,6 +475,11 @@ class WorkspaceManager(PersistentResources):
     def _slot_buffer(self, slot: tuple[int, int]) -> torch.Tensor | None:
         """The aligned ``uint8`` buffer of ``slot`` (for tests and debugging)."""
         return self._buffers.buffer(self._state.index(slot))
+
+
+def _by_slot(memos: list[dict[Any, list[Any]]], num_lanes: int) -> list[list[dict[Any, Any]]]:
+    """``memos`` (stored ubatch-major) as ``[ubatch][lane]``."""
+    return [memos[i : i + num_lanes] for i in range(0, len(memos), num_lanes)]
 
 
 def _with_origin(err: WorkspaceLockedError) -> WorkspaceLockedError:
