@@ -249,9 +249,9 @@ def report(results: dict[str, dict[str, float]]) -> list[str]:
         target, beat_empty = TARGETS[case]
         ok = m["ratio"] <= target and (not beat_empty or m["ratio_empty"] < 1)
         empty = f"{m['torch.empty']:.2f}" if "torch.empty" in m else ""
-        versus_empty = f"{m['ratio_empty']:.2f}" if "ratio_empty" in m else ""
+        versus_empty = f"{m['ratio_empty']:.3f}" if "ratio_empty" in m else ""
         lines.append(
-            f"{case:<22}{m['baseline']:>12.2f}{m['ours']:>9.2f}{empty:>10}{m['ratio']:>11.2f}"
+            f"{case:<22}{m['baseline']:>12.2f}{m['ours']:>9.2f}{empty:>10}{m['ratio']:>11.3f}"
             f"{target:>8.2f}{versus_empty:>12}  {'meets' if ok else 'MISSES'}"
         )
     return lines
