@@ -114,10 +114,14 @@ class WorkspaceModel:
     def retained_start(self, index: int, nbytes: int) -> int:
         return round_down(self.slots[index].capacity - nbytes, self.alignment)
 
+    def next_pattern(self, nbytes: int) -> bytes:
+        """A fresh pattern of ``nbytes`` bytes in ``0x01..0x7f``, different from the last one."""
+        self.counter += 1
+        return bytes(((self.counter + j) % 0x7F) + 1 for j in range(nbytes))
+
     def write_pattern(self, index: int, key: Hashable, start: int, nbytes: int) -> bytes:
         """Fill a retained span with a fresh pattern (bytes ``0x01..0x7f``) and record it."""
-        self.counter += 1
-        pattern = bytes(((self.counter + j) % 0x7F) + 1 for j in range(nbytes))
+        pattern = self.next_pattern(nbytes)
         self.slots[index].memory[start : start + nbytes] = pattern
         self.slots[index].retained = RetainedRecord(key, start, pattern)
         return pattern
