@@ -1,0 +1,30 @@
+"""The invariant kit for any workspace manager with the original vLLM ``WorkspaceManager`` API.
+
+Like :mod:`functional_ws.testing` for the pure core, but torch-aware and for a real manager:
+yours, vLLM's, or :class:`interop.WorkspaceManager`. :func:`check_workspace` runs a Hypothesis
+state machine (:class:`WorkspaceAPIMachine`) that checks, with real bytes, the property
+families in :data:`PROPERTIES`; select some with ``properties=``.
+
+Example:
+    >>> from interop.testing import PROPERTIES
+    >>> PROPERTIES[:3]
+    ('shapes', 'containment', 'disjoint')
+"""
+
+from ._check import check_workspace as check_workspace
+from ._check import make_machine as make_machine
+from ._config import MachineConfig as MachineConfig
+from ._config import WorkspaceAPI as WorkspaceAPI
+from ._machine import WorkspaceAPIMachine as WorkspaceAPIMachine
+from ._properties import DESCRIPTIONS as DESCRIPTIONS
+from ._properties import PROPERTIES as PROPERTIES
+
+__all__ = [
+    "DESCRIPTIONS",
+    "PROPERTIES",
+    "MachineConfig",
+    "WorkspaceAPI",
+    "WorkspaceAPIMachine",
+    "check_workspace",
+    "make_machine",
+]

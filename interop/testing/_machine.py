@@ -1,0 +1,521 @@
+"""A Hypothesis state machine for any manager with the original ``WorkspaceManager`` API.
+
+:class:`WorkspaceAPIMachine` calls a real manager at random (``get_simultaneous``,
+``get_retained``, ``get_persistent``, ``get_persistent_resource``, ``lock``, ``unlock``) in
+random slots, with real bytes: it scribbles over every view ``get_simultaneous`` returns
+(bytes ``0x80..0xff``), writes a fresh pattern into every retained span and persistent
+tensor (bytes ``0x01..0x7f``), and mirrors those writes in a byte model
+(:class:`functional_ws.testing.WorkspaceModel`, one ``bytearray`` per slot, indexed from
+the start of the slot's buffer). Then each property family (:data:`PROPERTIES`) checks
+what the manager returned against real memory and the model.
+
+The manager is a black box: the machine learns a slot's buffer from its views'
+``untyped_storage()`` and notices a growth when a slot's views move to another storage. It
+assumes the original's design: one buffer per slot, the retained span inside it.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Hashable
+from typing import Any, ClassVar
+
+import torch
+from hypothesis import note
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, precondition, rule
+
+from functional_ws.testing import WorkspaceModel, keys, spec_lists, specs
+
+from ._config import MachineConfig, Spec, format_spec
+from ._memory import Buffer, first_difference, nbytes_of, read, view_bytes, write
+from ._probe import ALIGNMENT, misaligned_view
+from ._tracking import PersistentTensor, Range, Resource, SlotTrack, overlap
+
+#: Dtypes of scratch requests: 1, 2, 4 and 8-byte items.
+SCRATCH_DTYPES: tuple[torch.dtype, ...] = (
+    torch.uint8,
+    torch.int8,
+    torch.float16,
+    torch.int32,
+    torch.float32,
+    torch.float64,
+)
+#: Shapes and dtypes of persistent tensors (two, so a changed spec is tried).
+PERSISTENT_SPECS: tuple[Spec, ...] = (((4,), torch.float32), ((2, 3), torch.int8))
+
+#: Retained spans by slot index: their buffer, start and real bytes.
+Snapshot = dict[int, tuple[Buffer, int, bytes]]
+
+#: Requests that come back often, as in a model's forward pass (so a request repeats, a
+#: retained span is asked for again, a later request reaches into it); random ones besides.
+COMMON_REQUESTS: tuple[list[Spec], ...] = (
+    [((4,), torch.int8)],
+    [((0,), torch.float16)],
+    [((4,), torch.int8), ((2, 3), torch.float32)],
+    [((300,), torch.uint8)],
+)
+COMMON_RETAINED: tuple[Spec, ...] = (((4,), torch.int8), ((2, 3), torch.float32))
+
+_slot_codes = st.integers(0, 15)
+_scratch = st.sampled_from(COMMON_REQUESTS) | spec_lists(
+    min_size=1, max_size=3, dtype_pool=SCRATCH_DTYPES, max_dims=2
+)
+# Retained spans are never empty: an empty view has no address (its data_ptr() is 0).
+_retained = st.sampled_from(COMMON_RETAINED) | specs(dtype_pool=SCRATCH_DTYPES, max_dims=2).filter(
+    lambda s: _nbytes(s) > 0
+)
+
+
+class WorkspaceAPIMachine(RuleBasedStateMachine):
+    """Drive a manager with the original API through random calls; check it with real bytes.
+
+    Make a configured subclass with :func:`interop.testing.make_machine` (it sets
+    :attr:`config` and drops the rules of families left out), then run it with
+    ``hypothesis.stateful.run_state_machine_as_test`` or collect its ``TestCase``.
+    """
+
+    config: ClassVar[MachineConfig | None] = None
+
+    #: The rules that exist only for a family; :func:`make_machine` drops the others' rules
+    #: (a rule that is there but never runs would make shrinking worse).
+    RULES_OF: ClassVar[dict[str, tuple[str, ...]]] = {
+        "intact": ("get_retained",),
+        "locked": ("lock", "unlock"),
+        "absolute_alignment": ("check_absolute_alignment",),
+        "persistent": ("get_persistent", "get_persistent_resource"),
+    }
+
+    def __init__(self) -> None:
+        super().__init__()
+        config = type(self).config
+        if config is None:
+            raise TypeError(
+                "WorkspaceAPIMachine needs a configuration: make a subclass with "
+                "interop.testing.make_machine(factory, ...)."
+            )
+        self.cfg = config
+        self.properties = config.properties
+        self.manager = config.factory(config.num_ubatches, config.num_lanes)
+        self.model = WorkspaceModel(config.num_ubatches, config.num_lanes, ALIGNMENT, "slot")
+        self.model.locked = "locked" in self.properties and bool(self.manager.is_locked())
+        self.tracks = [SlotTrack() for _ in config.slots]
+        self.epoch = 0  # buffers seen to change while unlocked
+        self.lock_serial = 0  # lock() calls
+        self.made = 0  # persistent resources made by the machine's factories
+        self.addresses: list[tuple[str, int]] = []  # views since the last alignment check
+
+    # ----- calling the manager -----
+
+    def _slot(self, code: int) -> tuple[int, int]:
+        return ((code // self.cfg.num_lanes) % self.cfg.num_ubatches, code % self.cfg.num_lanes)
+
+    def _call(
+        self, slot: tuple[int, int], call: str, need: int | None, fn: Callable[[], Any]
+    ) -> Any:
+        """Run ``fn`` in ``slot``; a refusal while locked returns ``None`` after its checks.
+
+        ``need`` is the bytes the call needs (a request that fits must not be refused), or
+        ``None`` for a call that must never be refused.
+        """
+        before = self._retained_bytes() if self.model.locked else {}
+        try:
+            with self.cfg.select(slot):
+                return fn()
+        except AssertionError as err:
+            note(f"  -> raised AssertionError: {err}")
+            if not self.model.locked:
+                raise
+            if need is None:
+                raise AssertionError(f"{call} was refused while locked; it needs nothing") from err
+        except Exception as err:
+            note(f"  -> raised {type(err).__name__}: {err}")
+            if self.model.locked and "locked" in self.properties:
+                raise AssertionError(
+                    f"{call} raised {type(err).__name__} while locked; a locked manager "
+                    "refuses with AssertionError, as the original does"
+                ) from err
+            raise
+        # Checked after the except block: its traceback could keep a dropped buffer alive.
+        self._after_refusal(slot, call, need, before)
+        return None
+
+    def _expect_refusal(
+        self, slot: tuple[int, int], kind: type[Exception], call: str, fn: Callable[[], Any]
+    ) -> None:
+        """``fn`` must raise ``kind`` in ``slot`` and leave everything as it was."""
+        before = self._retained_bytes()
+        try:
+            with self.cfg.select(slot):
+                fn()
+        except kind as err:
+            note(f"  -> refused as expected: {type(err).__name__}: {err}")
+        except Exception as err:
+            raise AssertionError(
+                f"{call} should raise {kind.__name__}, but raised {type(err).__name__}: {err}"
+            ) from err
+        else:
+            raise AssertionError(f"{call} should raise {kind.__name__}, but it succeeded")
+        self._check_nothing_changed(call, before)
+
+    def _after_refusal(self, slot: tuple[int, int], call: str, need: int, before: Snapshot) -> None:
+        track = self.tracks[self.model.index(slot)]
+        if "locked" in self.properties:
+            fits = track.buffer is not None and track.buffer.alive() and need <= track.served
+            assert not fits, (
+                f"{call} was refused while locked, but it needs {need} bytes and the slot's "
+                f"buffer already served {track.served}: a request that fits must succeed"
+            )
+        self._check_nothing_changed(call, before)
+
+    def _retained_bytes(self) -> Snapshot:
+        """Each slot's retained span whose buffer lives: its buffer, start and real bytes."""
+        out: Snapshot = {}
+        for index, track in enumerate(self.tracks):
+            record = self.model.slots[index].retained
+            if record is None or track.buffer is None:
+                continue
+            span = track.buffer.window(record.start, len(record.pattern))
+            if span is not None:
+                out[index] = (track.buffer, record.start, read(span))
+        return out
+
+    def _check_nothing_changed(self, call: str, before: Snapshot) -> None:
+        """After a refused call: retained bytes and persistent contents are as before."""
+        for index, (buffer, start, expected) in before.items():
+            where = self.cfg.where(self.cfg.slots[index]) or " in the slot"
+            span = buffer.window(start, len(expected))
+            assert span is not None, (
+                f"refused {call} freed the buffer holding the retained span{where}"
+            )
+            now = read(span)
+            k = first_difference(now, expected)
+            assert k is None, (
+                f"refused {call} changed byte {k} of the retained span{where} "
+                f"({expected[k]:#04x} -> {now[k]:#04x})"
+            )
+        self._check_persistent_contents(f"after refused {call}: ")
+
+    # ----- checks of returned views -----
+
+    def _check_shapes(self, call: str, views: Any, wanted: list[Spec]) -> None:
+        if "shapes" not in self.properties:
+            return
+        assert isinstance(views, (list, tuple)) and len(views) == len(wanted), (
+            f"{call} returned {views!r}; expected a list of {len(wanted)} tensors"
+        )
+        for i, (view, (shape, dtype)) in enumerate(zip(views, wanted, strict=True)):
+            assert isinstance(view, torch.Tensor), f"{call}: view {i} is {view!r}, not a tensor"
+            got = (tuple(view.shape), view.dtype)
+            assert got == (shape, dtype), (
+                f"{call}: view {i} has shape {got[0]} and dtype {got[1]}; requested {shape}, "
+                f"{dtype}"
+            )
+            assert view.is_contiguous(), f"{call}: view {i} is not contiguous"
+
+    def _observe(
+        self, index: int, call: str, views: list[torch.Tensor], need: int
+    ) -> Buffer | None:
+        """Find the buffer the non-empty views lie in; notice growth; check containment."""
+        track = self.tracks[index]
+        spans = [(i, v) for i, v in enumerate(views) if nbytes_of(v)]
+        if not spans:
+            return track.buffer if track.buffer is not None and track.buffer.alive() else None
+        storage = spans[0][1].untyped_storage()
+        if "containment" in self.properties:
+            for i, view in spans:
+                own = view.untyped_storage()
+                lo, hi = view.data_ptr(), view.data_ptr() + nbytes_of(view)
+                assert own.data_ptr() <= lo and hi <= own.data_ptr() + own.nbytes(), (
+                    f"{call}: view {i} reaches outside its buffer"
+                )
+                assert own.data_ptr() == storage.data_ptr(), (
+                    f"{call}: view {i} lies in another buffer than view {spans[0][0]} "
+                    "(views of one call must come from one live buffer)"
+                )
+        if track.buffer is not None and track.buffer.holds(storage):
+            track.served = max(track.served, need)
+        else:
+            self._new_buffer(index, call, storage, need)
+        return track.buffer
+
+    def _new_buffer(self, index: int, call: str, storage: torch.UntypedStorage, need: int) -> None:
+        track, old, locked = self.tracks[index], self.tracks[index].buffer, self.model.locked
+        if locked and old is not None and "locked" in self.properties:
+            # A buffer may change unseen only by another slot's growth (a policy that grows
+            # several slots) while unlocked; with no growth seen since, this call grew it.
+            this_lock = old.lock_serial == self.lock_serial
+            assert not (this_lock or old.epoch == self.epoch), (
+                f"{call} got its views in a new buffer ({old.nbytes} -> {storage.nbytes()} "
+                "bytes) while the workspace is locked: a locked call that needs more must "
+                "raise AssertionError"
+            )
+        if not locked:
+            self.epoch += 1
+        buffer = Buffer.of(storage, self.epoch, self.lock_serial if locked else None)
+        track.new_buffer(buffer, need)
+        self.model.slots[index].reallocate(storage.nbytes())
+        note(f"  -> a new buffer of {storage.nbytes()} bytes")
+
+    def _check_placement(self, index: int, call: str, views: list[torch.Tensor]) -> list[Range]:
+        """Relative alignment and disjointness of non-empty views; return their ranges."""
+        track = self.tracks[index]
+        ranges: list[Range] = []
+        for i, view in enumerate(views):
+            n = nbytes_of(view)
+            if not n:
+                continue
+            desc = f"view {i} of {call}" if len(views) > 1 else call
+            ranges.append((view.data_ptr(), view.data_ptr() + n, desc))
+            if "absolute_alignment" in self.properties:
+                self.addresses.append((desc, view.data_ptr()))
+            buffer = track.buffer
+            if "relative_alignment" in self.properties and buffer is not None:
+                if buffer.phase is None:
+                    buffer.phase = (view.data_ptr(), desc)
+                ref, ref_desc = buffer.phase
+                assert (view.data_ptr() - ref) % ALIGNMENT == 0, (
+                    f"{desc} lies {view.data_ptr() - ref:+d} bytes from {ref_desc} in the same "
+                    "buffer: not a multiple of 256 (relative alignment)"
+                )
+        if "disjoint" in self.properties:
+            for a, b in itertools.combinations(ranges, 2):
+                shared = overlap(a[:2], b[:2])
+                assert not shared, f"{a[2]} and {b[2]} overlap ({shared} bytes)"
+            self._check_apart(ranges, index)
+        return ranges
+
+    def _check_apart(self, ranges: list[Range], index: int | None) -> None:
+        """``ranges`` share no byte with other slots' live views nor with persistent tensors."""
+        others = [r for j, t in enumerate(self.tracks) if j != index for r in t.live_ranges()]
+        others += [_range_of(p.tensor, p.call) for t in self.tracks for p in t.tensors.values()]
+        for mine, theirs in itertools.product(ranges, others):
+            shared = overlap(mine[:2], theirs[:2])
+            assert not shared, f"{mine[2]} overlaps {theirs[2]} ({shared} bytes)"
+
+    # ----- scratch rules -----
+
+    @rule(slot_code=_slot_codes, request=_scratch)
+    def get_simultaneous(self, slot_code: int, request: list[Spec]) -> None:
+        slot = self._slot(slot_code)
+        index, track = self.model.index(slot), self.tracks[self.model.index(slot)]
+        listed = ", ".join(format_spec(s) for s in request)
+        call = f"get_simultaneous({listed}){self.cfg.where(slot)}"
+        _, total = self.model.request_bytes([_nbytes(s) for s in request])
+        note(f"{call}: {total} bytes with padding")
+        views = self._call(slot, call, total, lambda: self.manager.get_simultaneous(*request))
+        if views is None:
+            return
+        self._check_shapes(call, views, request)
+        views = list(views)
+        buffer = self._observe(index, call, views, total)
+        ranges = self._check_placement(index, call, views)
+        for i, view in enumerate(views):
+            n = nbytes_of(view)
+            if not n:
+                continue
+            data = view_bytes(view)
+            offset = view.data_ptr() - buffer.address if buffer is not None else -1
+            if buffer is not None and offset >= 0 and offset + n <= buffer.nbytes:
+                self.model.scribble(index, offset, n, i)
+                data.fill_(self.model.slots[index].memory[offset])
+            else:  # outside the slot's buffer (reported by "containment" when selected)
+                data.fill_(0x80 | i)
+        if buffer is not None:
+            note(f"  -> views at {[r[0] - buffer.address for r in ranges]} of the buffer")
+        track.acquired = ranges
+        if self.model.slots[index].retained is not None:
+            track.history.append(call)
+        self._after_call(call)
+
+    @rule(slot_code=_slot_codes, key=keys(), spec=_retained)
+    def get_retained(self, slot_code: int, key: Hashable, spec: Spec) -> None:
+        slot = self._slot(slot_code)
+        index, track = self.model.index(slot), self.tracks[self.model.index(slot)]
+        shape, dtype = spec
+        n = _nbytes(spec)
+        call = f"get_retained({key!r}, {shape!r}, {dtype}){self.cfg.where(slot)}"
+        note(f"{call}: {n} bytes")
+        result = self._call(slot, call, n, lambda: self.manager.get_retained(key, shape, dtype))
+        if result is None:
+            return
+        assert isinstance(result, tuple) and len(result) == 2, (
+            f"{call} returned {result!r}; expected (view, intact)"
+        )
+        view, intact = result
+        assert isinstance(intact, bool), f"{call}: intact is {intact!r}, not a bool"
+        self._check_shapes(call, [view], [spec])
+        buffer = self._observe(index, call, [view], n)
+        assert buffer is not None
+        start = view.data_ptr() - buffer.address
+        note(f"  -> intact={intact}, the span at {start} of the buffer")
+        if intact:
+            self._check_intact(index, call, key, start)
+        (span,) = self._check_placement(index, call, [view])
+        if 0 <= start <= buffer.nbytes - n:
+            write(view_bytes(view), self.model.write_pattern(index, key, start, n))
+        else:  # outside the slot's buffer: nothing to model (see "containment")
+            self.model.slots[index].retained = None
+        track.retained = span
+        track.history = [call]
+        self._after_call(call)
+
+    def _check_intact(self, index: int, call: str, key: Hashable, start: int) -> None:
+        """``intact=True`` only when the bytes the previous call left are really unchanged."""
+        record = self.model.slots[index].retained
+        track = self.tracks[index]
+        said = " then ".join([*track.history, call]) + " reported intact, but"
+        assert record is not None, (
+            f"{said} no get_retained left bytes in this slot's buffer since it was allocated"
+        )
+        assert record.key == key, f"{said} the span was last retained with key {record.key!r}"
+        assert record.start == start, f"{said} the span moved from {record.start} to {start}"
+        assert track.buffer is not None
+        span = track.buffer.window(start, len(record.pattern))
+        assert span is not None, f"{said} the buffer was freed"
+        now = read(span)
+        k = first_difference(now, record.pattern)
+        assert k is None, f"{said} byte {k} changed ({record.pattern[k]:#04x} -> {now[k]:#04x})"
+        assert self.model.expected_intact(index, key, start), f"{said} its modelled bytes changed"
+
+    # ----- lock -----
+
+    @rule()
+    def lock(self) -> None:
+        note("lock()")
+        self.manager.lock()
+        assert self.manager.is_locked() is True, "is_locked() is not True after lock()"
+        self.model.locked = True
+        self.lock_serial += 1
+
+    @precondition(lambda self: self.model.locked)
+    @rule()
+    def unlock(self) -> None:
+        note("unlock()")
+        self.manager.unlock()
+        assert self.manager.is_locked() is False, "is_locked() is not False after unlock()"
+        self.model.locked = False
+
+    # ----- absolute alignment -----
+
+    @rule()
+    def check_absolute_alignment(self) -> None:
+        note("check absolute alignment: the views since the last check, then fresh managers")
+        problem = next(
+            (
+                f"absolute alignment: {desc} returned data_ptr() % 256 == {address % ALIGNMENT}"
+                for desc, address in self.addresses
+                if address % ALIGNMENT
+            ),
+            None,
+        )
+        self.addresses.clear()
+        if problem is None:
+            cfg = self.cfg
+            problem = misaligned_view(cfg.factory, cfg.num_ubatches, cfg.num_lanes, cfg.select)
+        # One assertion for both: a failure must replay at the same line, whichever view the
+        # allocator's luck picks (Hypothesis tells failures apart by where they are raised).
+        assert problem is None, problem
+
+    # ----- persistent (and, while locked, no new keys) -----
+
+    @rule(
+        slot_code=_slot_codes,
+        key=keys(("p0", "p1")),
+        spec=st.sampled_from(PERSISTENT_SPECS),
+        zero_init=st.booleans(),
+    )
+    def get_persistent(self, slot_code: int, key: Hashable, spec: Spec, zero_init: bool) -> None:
+        slot = self._slot(slot_code)
+        track = self.tracks[self.model.index(slot)]
+        shape, dtype = spec
+        call = (
+            f"get_persistent({key!r}, {shape!r}, {dtype}, zero_init={zero_init})"
+            f"{self.cfg.where(slot)}"
+        )
+        note(call)
+        known = track.tensors.get(key)
+
+        def fetch() -> Any:
+            return self.manager.get_persistent(key, shape, dtype, zero_init=zero_init)
+
+        if known is not None and known.spec != spec:  # the original's "requested shape" error
+            self._expect_refusal(slot, ValueError, call, fetch)
+            return
+        if known is None and self.model.locked:
+            self._expect_refusal(slot, AssertionError, call, fetch)
+            return
+        tensor = self._call(slot, call, None, fetch)
+        if known is not None:
+            assert tensor is known.tensor, f"{call} returned another tensor than {known.call}"
+            self._after_call(call)
+            return
+        self._check_shapes(call, [tensor], [spec])
+        assert not zero_init or not any(read(view_bytes(tensor))), (
+            f"{call}: the new tensor is not all zero"
+        )
+        if "disjoint" in self.properties:
+            self._check_apart([_range_of(tensor, call)], None)
+        pattern = self.model.next_pattern(nbytes_of(tensor))
+        write(view_bytes(tensor), pattern)
+        track.tensors[key] = PersistentTensor(tensor, spec, pattern, call)
+        self._after_call(call)
+
+    @rule(slot_code=_slot_codes, key=keys(("r0", "r1")))
+    def get_persistent_resource(self, slot_code: int, key: Hashable) -> None:
+        slot = self._slot(slot_code)
+        track = self.tracks[self.model.index(slot)]
+        call = f"get_persistent_resource({key!r}, factory){self.cfg.where(slot)}"
+        note(call)
+        made: list[Resource] = []
+
+        def factory() -> Resource:
+            self.made += 1
+            made.append(Resource(key, slot, self.made))
+            return made[-1]
+
+        def fetch() -> Any:
+            return self.manager.get_persistent_resource(key, factory)
+
+        known = track.resources.get(key)
+        if known is None and self.model.locked:
+            self._expect_refusal(slot, AssertionError, call, fetch)
+            assert not made, f"{call} called the factory while locked"
+            return
+        got = self._call(slot, call, None, fetch)
+        note(f"  -> {got!r}, factory called {len(made)} time(s)")
+        if known is not None:
+            assert not made, f"{call} called the factory again for a key this slot holds"
+            assert got is known, f"{call} returned {got!r}, not {known!r} as before"
+        else:
+            assert len(made) == 1, f"{call} called the factory {len(made)} times"
+            assert got is made[0], f"{call} returned {got!r}, not what the factory made"
+            track.resources[key] = got
+        self._after_call(call)
+
+    def _after_call(self, call: str) -> None:
+        """Nobody but their owner writes persistent tensors: their patterns stay."""
+        if "persistent" in self.properties:
+            self._check_persistent_contents(f"after {call}: ")
+
+    def _check_persistent_contents(self, after: str) -> None:
+        for track in self.tracks:
+            for record in track.tensors.values():
+                now = read(view_bytes(record.tensor))
+                k = first_difference(now, record.pattern)
+                assert k is None, (
+                    f"{after}byte {k} of the tensor {record.call} returned changed "
+                    f"({record.pattern[k]:#04x} -> {now[k]:#04x})"
+                )
+
+
+def _nbytes(spec: Spec) -> int:
+    n = spec[1].itemsize
+    for d in spec[0]:
+        n *= d
+    return n
+
+
+def _range_of(tensor: torch.Tensor, call: str) -> Range:
+    start = tensor.data_ptr()
+    return (start, start + nbytes_of(tensor), f"the tensor {call} returned")

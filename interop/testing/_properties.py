@@ -1,0 +1,55 @@
+"""The property families of :func:`interop.testing.check_workspace`, selectable by name."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+#: Every family, with what it checks. ``properties=`` selects among these names.
+DESCRIPTIONS: dict[str, str] = {
+    "shapes": "every view has the requested shape and dtype and is contiguous",
+    "containment": "every view lies inside one live buffer (its torch storage), "
+    "the views of one call in the same one",
+    "disjoint": "views of one call never overlap, nor do views of different slots or "
+    "persistent tensors",
+    "relative_alignment": "the views of one buffer lie at multiples of 256 bytes from each other",
+    "absolute_alignment": "every view's data_ptr() is a multiple of 256, whatever address "
+    "the allocator gave the buffer",
+    "intact": "get_retained says intact=True only when the bytes the previous call left are "
+    "really unchanged (same key, same span, no scribble, no reallocation)",
+    "locked": "while locked: no growth and no new persistent keys (AssertionError), no refusal "
+    "of what fits, and a refused call leaves retained bytes and persistent contents alone",
+    "persistent": "one factory call per key per slot, the same object on repeat, zero_init "
+    "only once, contents kept, ValueError for another shape or dtype",
+}
+
+#: The names of all property families, in a fixed order.
+PROPERTIES: tuple[str, ...] = tuple(DESCRIPTIONS)
+
+
+def select_properties(names: Iterable[str] | None) -> frozenset[str]:
+    """The families to check: all of them for ``None``, else exactly ``names``.
+
+    Args:
+        names: family names from :data:`PROPERTIES` (a single string counts as one name).
+
+    Returns:
+        The selected names.
+
+    Raises:
+        ValueError: an unknown name; the message lists the valid ones.
+
+    Example:
+        >>> sorted(select_properties(["intact", "shapes"]))
+        ['intact', 'shapes']
+        >>> select_properties(["alignment"])
+        Traceback (most recent call last):
+        ...
+        ValueError: unknown properties ['alignment']; valid: shapes, containment, ...
+    """
+    if names is None:
+        return frozenset(PROPERTIES)
+    chosen = frozenset([names] if isinstance(names, str) else names)
+    unknown = sorted(chosen - set(PROPERTIES))
+    if unknown:
+        raise ValueError(f"unknown properties {unknown}; valid: {', '.join(PROPERTIES)}")
+    return chosen

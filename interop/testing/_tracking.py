@@ -1,0 +1,74 @@
+"""What the machine remembers per slot between calls, beside the byte model."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Hashable
+from typing import Any
+
+import torch
+
+from ._config import Spec
+from ._memory import Buffer
+
+#: ``(first byte address, end address, description)`` of memory handed out.
+Range = tuple[int, int, str]
+
+
+@dataclasses.dataclass
+class PersistentTensor:
+    """A tensor ``get_persistent`` returned, its spec and the pattern the machine wrote."""
+
+    tensor: torch.Tensor
+    spec: Spec
+    pattern: bytes
+    call: str
+
+
+class Resource:
+    """What the machine's factories make for ``get_persistent_resource``: easy to tell apart."""
+
+    def __init__(self, key: Hashable, slot: tuple[int, int], serial: int) -> None:
+        self.key, self.slot, self.serial = key, slot, serial
+
+    def __repr__(self) -> str:
+        return f"<resource #{self.serial} for {self.key!r} in slot {self.slot}>"
+
+
+@dataclasses.dataclass
+class SlotTrack:
+    """One slot: its buffer, what it served, what is handed out, its persistent objects.
+
+    Attributes:
+        buffer: the buffer its latest views lie in, or ``None`` before any.
+        served: the most bytes one call needed in that buffer (its capacity is at least this).
+        acquired: the views of its latest ``get_simultaneous``.
+        retained: its retained span, if any.
+        history: the calls in this slot since the retained pattern was written.
+        tensors: persistent tensors by key.
+        resources: persistent resources by key.
+    """
+
+    buffer: Buffer | None = None
+    served: int = 0
+    acquired: list[Range] = dataclasses.field(default_factory=list)
+    retained: Range | None = None
+    history: list[str] = dataclasses.field(default_factory=list)
+    tensors: dict[Hashable, PersistentTensor] = dataclasses.field(default_factory=dict)
+    resources: dict[Hashable, Any] = dataclasses.field(default_factory=dict)
+
+    def live_ranges(self) -> list[Range]:
+        """The latest views and the retained span, while their buffer lives."""
+        if self.buffer is None or not self.buffer.alive():
+            return []
+        return self.acquired + ([self.retained] if self.retained else [])
+
+    def new_buffer(self, buffer: Buffer, need: int) -> None:
+        """Forget everything about the old buffer."""
+        self.buffer, self.served = buffer, need
+        self.acquired, self.retained, self.history = [], None, []
+
+
+def overlap(a: tuple[int, int], b: tuple[int, int]) -> int:
+    """How many bytes two half-open address ranges share."""
+    return max(0, min(a[1], b[1]) - max(a[0], b[0]))
