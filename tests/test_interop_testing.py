@@ -1,0 +1,174 @@
+"""interop.testing: our façade and the original's algorithm pass, planted bugs are caught short.
+
+The original's algorithm (``tests/_managers.py``) keeps only relative alignment, so it fails
+the absolute-alignment property on the CPU and passes every other one. Each planted bug is
+run with only its family selected (plus the family whose calls it needs) and must be
+reported with its symptom after a shrunk sequence of at most five calls.
+"""
+
+import contextlib
+
+import _managers as m
+import pytest
+from hypothesis import settings
+
+import interop
+import interop.testing
+from interop.testing import PROPERTIES, WorkspaceAPIMachine, check_workspace
+from interop.testing._check import _default
+from interop.testing._probe import misaligned_view
+
+#: The loaded profile without the explain phase; one failure reported, not a group.
+ONE_BUG = settings(_default(), report_multiple_bugs=False)
+MAX_STEPS = 5
+ALL_BUT_ABSOLUTE = [p for p in PROPERTIES if p != "absolute_alignment"]
+ORIGINAL_SLOTS = {
+    "num_ubatches": 2, "num_lanes": 2, "use_lane": m.use_lane, "use_ubatch": m.use_ubatch,
+}  # fmt: skip
+
+
+def _steps(err: BaseException) -> list[str]:
+    """The calls of the shrunk example Hypothesis printed in the exception's notes."""
+    notes = getattr(err, "__notes__", [])
+    return [n for n in notes if n.startswith("state.") and n != "state.teardown()"]
+
+
+def _fails(factory, symptom: str, **kwargs) -> AssertionError:
+    with pytest.raises(AssertionError, match=symptom) as info:
+        check_workspace(factory, settings=ONE_BUG, **kwargs)
+    steps = _steps(info.value)
+    assert 1 <= len(steps) <= MAX_STEPS, steps
+    return info.value
+
+
+def test_public_names_are_pinned():
+    assert set(interop.testing.__all__) == {
+        "DESCRIPTIONS", "MachineConfig", "PROPERTIES", "WorkspaceAPI", "WorkspaceAPIMachine",
+        "check_workspace", "make_machine",
+    }  # fmt: skip
+    assert PROPERTIES == (
+        "shapes", "containment", "disjoint", "relative_alignment", "absolute_alignment",
+        "intact", "locked", "persistent",
+    )  # fmt: skip
+
+
+def test_facade_passes_every_property():
+    check_workspace(
+        lambda u, lanes: interop.WorkspaceManager("cpu", u, lanes),
+        num_ubatches=2,
+        num_lanes=2,
+        use_lane=interop.use_workspace_lane,
+        use_ubatch=interop.use_workspace_ubatch,
+    )
+
+
+def test_facade_growing_every_ubatch_together_passes():
+    """Another slot's buffer changing unseen (the "ubatches" policy) is not growth while locked."""
+    check_workspace(
+        lambda u, lanes: interop.WorkspaceManager("cpu", u, lanes, growth="ubatches"),
+        num_ubatches=3,
+        use_ubatch=interop.use_workspace_ubatch,
+        properties=["locked", "intact", "containment"],
+        settings=settings(ONE_BUG, max_examples=30),
+    )
+
+
+def test_original_algorithm_passes_all_but_absolute_alignment():
+    check_workspace(m.OriginalAlgorithmManager, properties=ALL_BUT_ABSOLUTE, **ORIGINAL_SLOTS)
+
+
+def test_original_algorithm_fails_absolute_alignment_on_cpu():
+    err = _fails(
+        m.OriginalAlgorithmManager,
+        r"absolute alignment: .* data_ptr\(\) % 256 == (64|128|192)",
+        **ORIGINAL_SLOTS,
+    )
+    assert _steps(err) == ["state.check_absolute_alignment()"]
+
+
+def test_absolute_alignment_probe_never_passes_relative_alignment_by_luck():
+    """About one CPU buffer in four is 256-aligned by chance; the probe makes 16 buffers."""
+    select = lambda slot: contextlib.nullcontext()  # noqa: E731
+    verdicts = [misaligned_view(m.OriginalAlgorithmManager, 1, 1, select) for _ in range(200)]
+    assert all(v is not None for v in verdicts)
+
+
+def test_absolute_alignment_probe_passes_the_facade():
+    select = lambda slot: contextlib.nullcontext()  # noqa: E731
+    assert misaligned_view(lambda u, lanes: interop.WorkspaceManager("cpu"), 1, 1, select) is None
+
+
+LANES = {"num_lanes": 2, "use_lane": m.use_lane}
+
+
+@pytest.mark.parametrize(
+    ("manager", "families", "symptom", "slots"),
+    [
+        pytest.param(m.WrongShape, ["shapes"], r"view 0 has shape \(1,\)", {}, id="shapes"),
+        pytest.param(m.StrayView, ["containment"], "lies in another buffer", {}, id="containment"),
+        pytest.param(m.OverlappingViews, ["disjoint"], r"view 0 .* and view 1 .* overlap", {},
+                     id="disjoint-one-call"),
+        pytest.param(m.LanesShareBuffer, ["disjoint"], "in lane 1 overlaps .* in lane 0", LANES,
+                     id="disjoint-lanes"),
+        pytest.param(m.WrongOffset, ["relative_alignment"], r"lies \+64 bytes from", {},
+                     id="relative-alignment"),
+        pytest.param(m.IntactLie, ["intact"], r"get_retained.* reported intact, but", {},
+                     id="intact-lie"),
+        pytest.param(m.GrowsWhileLocked, ["locked"], "new buffer .* while the workspace is locked",
+                     {}, id="growth-while-locked"),
+        pytest.param(m.RefusesWhatFits, ["locked"], "a request that fits must succeed", {},
+                     id="refuses-what-fits"),
+        pytest.param(m.RefusesWithRuntimeError, ["locked"], "raised RuntimeError while locked",
+                     {}, id="refusal-type"),
+        pytest.param(m.ClearsBeforeRefusing, ["locked", "intact"],
+                     r"refused .* changed byte \d+ of the retained span", {},
+                     id="refusal-changes-retained-bytes"),
+        pytest.param(m.NewKeyWhileLocked, ["locked", "persistent"],
+                     r"get_persistent.* should raise AssertionError, but it succeeded", {},
+                     id="new-key-while-locked"),
+        pytest.param(m.PersistentInScratch, ["disjoint", "persistent"],
+                     r"overlaps the tensor get_persistent|get_persistent.* overlaps", {},
+                     id="persistent-in-scratch"),
+        pytest.param(m.FactoryTwice, ["persistent"], "called the factory again", {},
+                     id="factory-twice"),
+        pytest.param(m.ZeroesEveryTime, ["persistent"],
+                     r"zero_init=True.*: byte \d+ of the tensor", {}, id="zero-init-twice"),
+    ],
+)  # fmt: skip
+def test_planted_bug_is_caught_with_a_short_example(manager, families, symptom, slots):
+    """One slot unless the bug needs two: the fewest slots give the shortest examples."""
+    _fails(manager, symptom, properties=families, **slots)
+
+
+def test_a_managers_own_exception_is_reported_with_the_calls():
+    """The original slices ``None`` on a zero-byte request to a slot that never grew."""
+    with pytest.raises(TypeError, match="'NoneType' object is not subscriptable") as info:
+        check_workspace(m.LiteralOriginal, properties=["shapes"], settings=ONE_BUG)
+    (step,) = _steps(info.value)
+    assert step.startswith("state.get_simultaneous(")
+    assert "get_simultaneous(((0,), torch.float16)): 0 bytes with padding" in info.value.__notes__
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"properties": ["alignment"]}, ValueError,
+         "unknown properties .'alignment'.; valid: shapes, containment, disjoint"),
+        ({"num_lanes": 2}, ValueError, "num_lanes=2 needs use_lane"),
+        ({"num_ubatches": 2}, ValueError, "num_ubatches=2 needs use_ubatch"),
+        ({"num_lanes": 0}, ValueError, "num_lanes must be an int of at least one, got 0"),
+        ({"num_ubatches": True}, ValueError, "num_ubatches must be an int"),
+        ({"factory": "manager"}, TypeError, "factory must be callable"),
+    ],
+    ids=["unknown-property", "lanes-without-selector", "ubatches-without-selector",
+         "zero-lanes", "bool-ubatches", "factory-not-callable"],
+)  # fmt: skip
+def test_bad_arguments_are_refused_by_name(kwargs, error, match):
+    kwargs = {"factory": m.OriginalAlgorithmManager, **kwargs}
+    with pytest.raises(error, match=match):
+        check_workspace(kwargs.pop("factory"), **kwargs)
+
+
+def test_the_machine_needs_a_configuration():
+    with pytest.raises(TypeError, match="make_machine"):
+        WorkspaceAPIMachine()
