@@ -27,22 +27,20 @@ _lane: ContextVar[int] = ContextVar("reference_lane", default=0)
 _ubatch: ContextVar[int] = ContextVar("reference_ubatch", default=0)
 
 
-@contextlib.contextmanager
-def use_lane(lane: int) -> Iterator[None]:
-    token = _lane.set(lane)
-    try:
-        yield
-    finally:
-        _lane.reset(token)
+def _selector(var: ContextVar[int]) -> Callable[[int], contextlib.AbstractContextManager[None]]:
+    @contextlib.contextmanager
+    def use(index: int) -> Iterator[None]:
+        token = var.set(index)
+        try:
+            yield
+        finally:
+            var.reset(token)
+
+    return use
 
 
-@contextlib.contextmanager
-def use_ubatch(ubatch: int) -> Iterator[None]:
-    token = _ubatch.set(ubatch)
-    try:
-        yield
-    finally:
-        _ubatch.reset(token)
+use_lane = _selector(_lane)
+use_ubatch = _selector(_ubatch)
 
 
 def _round_up(n: int, alignment: int) -> int:
