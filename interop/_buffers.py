@@ -83,7 +83,7 @@ class SlotBuffers:
             index = new.index(slot)
             try:
                 self._replace(index, slot, nbytes, released)
-            except Exception as err:  # out of memory, or alloc_context failed
+            except BaseException as err:  # out of memory, alloc_context failed, interrupted
                 return _after_failed_growth(old, new, grown, index), err
             grown.append(index)
         if debug_enabled():

@@ -293,10 +293,7 @@ class WorkspaceManager(PersistentResources):
                 raise _with_origin(err) from None
             for i, spec in enumerate(layout.specs):
                 check_torch_dtype(spec, f"specs[{i}] dtype")
-            if layout.growth:
-                self._grow(old, new, layout.growth)
-            else:
-                self._state = new
+            self._install(old, new, layout.growth)
             fresh_views = view_maker(
                 [
                     self._buffers.carve(layout.index, offset, spec)
@@ -370,11 +367,9 @@ class WorkspaceManager(PersistentResources):
             except WorkspaceLockedError as err:
                 raise _with_origin(err) from None
             check_torch_dtype(span.spec, "dtype")
-            if span.growth:
-                self._grow(old, new, span.growth)
+            self._install(old, new, span.growth)
+            if span.growth:  # memoised as a later call will replay it
                 span = dataclasses.replace(span, growth=())
-            else:
-                self._state = new
             view = self._buffers.carve(span.index, span.offset, span.spec)
             if isinstance(shape, tuple) and plain_shape(shape):
                 _remember(self._retained[span.index], (key, shape, dtype), [None, span, view])
@@ -410,7 +405,7 @@ class WorkspaceManager(PersistentResources):
                 new = fws.reserve(old, specs, slots)
             except WorkspaceLockedError as err:
                 raise _with_origin(err) from None
-            self._carry_out(old, new)
+            self._install(old, new, fws.growth_between(old, new))
 
     def save_plan(self, path: str | os.PathLike[str]) -> None:
         """Write the current sizes to ``path`` as JSON (:func:`functional_ws.to_dict`).
@@ -449,19 +444,20 @@ class WorkspaceManager(PersistentResources):
                 new, locked = _plans.reserve_plan(old, path)
             except WorkspaceLockedError as err:
                 raise _with_origin(err) from None
-            self._carry_out(old, new)
+            self._install(old, new, fws.growth_between(old, new))
         if locked:
             self.lock()
 
-    def _carry_out(self, old: WorkspaceState, new: WorkspaceState) -> None:
-        growth = fws.growth_between(old, new)
-        if growth:
-            self._grow(old, new, growth)
-        else:
-            self._state = new
+    def _install(self, old: WorkspaceState, new: WorkspaceState, growth: fws.Growth) -> None:
+        """Install ``new``, first reallocating the buffers ``growth`` names.
 
-    def _grow(self, old: WorkspaceState, new: WorkspaceState, growth: fws.Growth) -> None:
-        """Reallocate the buffers ``growth`` names, then install ``new``."""
+        ``growth`` is what the core planned going from ``old`` to ``new``. If an allocation
+        fails, the state that describes the buffers as they now are is installed instead,
+        and the error raised.
+        """
+        if not growth:
+            self._state = new
+            return
         state, error = self._buffers.grow(old, new, growth, self._forget_views)
         self._state = state
         if error is not None:
