@@ -48,11 +48,12 @@ def empty_device_cache(device: torch.device) -> None:
 def allocate_aligned(nbytes: int, device: torch.device, alignment: int) -> torch.Tensor:
     """A ``uint8`` tensor of exactly ``nbytes`` whose ``data_ptr()`` is a multiple of ``alignment``.
 
-    The exact size is tried first (the CUDA caching allocator returns 512-aligned blocks, so
-    nothing is wasted there). When the address is not aligned (torch's CPU allocator aligns
-    to 64 bytes) that block is released and ``nbytes + alignment`` bytes are allocated; the
-    result is the slice starting at the first aligned address, which keeps the whole block
-    alive through its storage.
+    The exact size is tried first: CUDA's caching allocator hands out 256-aligned addresses
+    (FACTS.md), so nothing is wasted there and a growth's peak stays at the new size. When
+    the address is not aligned (torch's CPU allocator aligns to 64 bytes only), that block
+    is released and ``nbytes + alignment`` bytes are allocated; the result is the slice
+    starting at the first aligned address, which keeps the whole block alive through its
+    storage.
 
     Example:
         >>> import torch
