@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(PY) -m functional_ws
+	mkdir -p out && $(PY) -m functional_ws --png out/layout.png
 
 lint: $(STAMP)
 	$(PY) -m ruff check .

@@ -41,6 +41,8 @@ from ._buffers import SlotBuffers
 from ._checks import check_torch_dtype, memoisable, plain_shape
 from ._context import SLOT, current_slot, provided_ubatch
 from ._diagnostics import caller_origin, debug_enabled, logger
+from ._history import History, recording
+from ._jax_config import warn_if_jax_preallocates
 from ._persistent import PersistentResources
 from ._stats import WorkspaceStats, collect
 from ._views import view_maker
@@ -135,6 +137,11 @@ class WorkspaceManager(PersistentResources):
         self._retained_at = _by_slot(self._retained, self._num_lanes)
         self._resources: list[dict[Hashable, Any]] = [{} for _ in range(count)]
         self._mutex = threading.RLock()
+        # What the pictures draw: per slot, the last layout and span the core planned.
+        self._last_layouts: dict[tuple[int, int], fws.Layout] = {}
+        self._last_spans: dict[tuple[int, int], fws.Span] = {}
+        if self._device.type == "cuda":
+            warn_if_jax_preallocates(self._device, stacklevel=3)
 
     # ----- reading -----
 
@@ -169,6 +176,47 @@ class WorkspaceManager(PersistentResources):
             (512, 512, 1, 0)
         """
         return collect(self._state, self._buffers.retired.pinned())
+
+    @property
+    def last_layouts(self) -> dict[tuple[int, int], fws.Layout]:
+        """Per slot, the last layout the core planned (what the pictures draw).
+
+        A repeated request reuses its memoised plan without recording it (recording would
+        cost the hot path), so this is the most recent *new* request of each slot.
+        """
+        return dict(self._last_layouts)
+
+    @property
+    def last_spans(self) -> dict[tuple[int, int], fws.Span]:
+        """Per slot, the last retained span the core planned (drawn intact or clobbered)."""
+        return dict(self._last_spans)
+
+    def recording(self) -> AbstractContextManager[History]:
+        """Record every public call and the state after it, until the block ends.
+
+        Returns:
+            A context manager yielding a :class:`History` (``history[0]`` is the state at
+            the start); step through it, ``history.changes()`` or
+            ``history.plot_capacity()``. Nothing is recorded, and nothing costs, outside.
+
+        Example:
+            >>> import torch
+            >>> from interop import WorkspaceManager
+            >>> ws = WorkspaceManager("cpu")
+            >>> with ws.recording() as history:
+            ...     _ = ws.get_simultaneous(((100,), torch.float32))
+            ...     ws.lock()
+            >>> print(history)
+              0  start in slot (0, 0)
+              1  get_simultaneous(((100,), float32)) in slot (0, 0)
+              2  lock() in slot (0, 0)
+            >>> history.capacities()
+            {(0, 0): [0, 512, 512]}
+        """
+        return recording(self, current_slot)
+
+    def _repr_html_(self) -> str:
+        return fws.render_html(self)
 
     def __repr__(self) -> str:
         s = self._state
@@ -300,6 +348,7 @@ class WorkspaceManager(PersistentResources):
                     for offset, spec in zip(layout.offsets, layout.specs, strict=True)
                 ]
             )
+            self._last_layouts[layout.slot] = layout.without_growth()
             if memoisable(specs):
                 # [state the replay left unchanged, plan, maker of fresh views]
                 entry = [None, layout.without_growth(), fresh_views]
@@ -371,6 +420,7 @@ class WorkspaceManager(PersistentResources):
             if span.growth:  # memoised as a later call will replay it
                 span = dataclasses.replace(span, growth=())
             view = self._buffers.carve(span.index, span.offset, span.spec)
+            self._last_spans[span.slot] = span
             if isinstance(shape, tuple) and plain_shape(shape):
                 _remember(self._retained[span.index], (key, shape, dtype), [None, span, view])
             return view.view(dtype), intact

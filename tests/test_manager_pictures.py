@@ -1,0 +1,57 @@
+"""The manager's pictures and recorded history show what its calls did."""
+
+import matplotlib
+import pytest
+import torch
+
+import functional_ws as fws
+from interop import WorkspaceLockedError, WorkspaceManager, use_workspace_ubatch
+
+matplotlib.use("Agg")
+
+
+def _warm():
+    ws = WorkspaceManager("cpu", num_ubatches=2)
+    ws.get_simultaneous(((100,), torch.float16), ((3,), torch.int32))
+    ws.reserve(((2048,), torch.uint8))
+    ws.get_retained("kv", (300,), torch.uint8)
+    return ws
+
+
+def test_last_layouts_and_spans_feed_the_pictures():
+    ws = _warm()
+    assert ws.last_layouts[(0, 0)].offsets == (0, 256)
+    assert ws.last_spans[(0, 0)].offset == 1536 and (1, 0) not in ws.last_spans
+    html = ws._repr_html_()
+    assert "torch.float16[100] @0" in html and "torch.int32[3] @256" in html
+    assert "(intact)" in html
+    ws.get_simultaneous(((1600,), torch.uint8))  # reaches into the tail
+    assert "(clobbered)" in ws._repr_html_()
+    fig = fws.plot(ws)
+    assert "unlocked" in fig.axes[0].get_title()
+
+
+def test_recording_keeps_calls_states_and_refusals():
+    ws = WorkspaceManager("cpu", num_ubatches=2)
+    with ws.recording() as history:
+        ws.get_simultaneous(((100,), torch.float32))
+        with use_workspace_ubatch(1):
+            ws.get_persistent("w", (4,), torch.float32)
+        ws.lock()
+        with pytest.raises(WorkspaceLockedError):
+            ws.get_simultaneous(((1000,), torch.float32))
+    calls = [r.call for r in history]
+    assert calls == [
+        "start",
+        "get_simultaneous(((100,), float32))",
+        "get_persistent('w', (4,), float32)",  # its nested claim is not recorded twice
+        "lock()",
+        "get_simultaneous(((1000,), float32))",
+    ]
+    assert history[2].slot == (1, 0) and history[-1].error.startswith("WorkspaceLockedError")
+    assert history.capacities() == {(0, 0): [0, 512, 512, 512, 512], (1, 0): [0] * 5}
+    changes = dict((r.call, text) for r, text in history.changes())
+    assert changes["lock()"] == "workspace: locked False → True"
+    assert history[-1].state == history[-2].state  # the refusal changed nothing
+    assert "get_simultaneous" not in vars(ws)  # recording is off again: no wrappers left
+    assert len(history.plot_capacity().axes[0].lines) == 2
