@@ -18,8 +18,9 @@ from ._state import Slot, WorkspaceState
 
 SegmentKind = Literal["view", "padding", "retained", "clobbered", "free"]
 
-#: Colour-blind-friendly palette (Okabe-Ito) for dtypes; fixed colours for the rest.
-DTYPE_PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442")
+#: Dark, colour-blind-friendly colours (Okabe-Ito and Tol's muted) for dtypes, all legible
+#: under white labels; fixed colours for the rest.
+DTYPE_PALETTE = ("#0072B2", "#D55E00", "#882255", "#117733", "#332288", "#AA4499", "#44AA99")
 COLOURS = {
     "padding": "#bbbbbb",
     "free": "#eeeeee",

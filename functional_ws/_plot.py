@@ -52,7 +52,12 @@ def plot(obj: Any, ax: Any = None) -> Any:
         ax.text(p.capacity, y, f" {format_bytes(p.capacity)}", va="center", fontsize=8)
     ax.set_yticks(range(len(pictures)))
     ax.set_yticklabels([f"slot {p.slot}" for p in reversed(pictures)])
-    ax.set_xlabel("bytes from the slot's base")
+    from matplotlib.ticker import FuncFormatter, MultipleLocator
+
+    widest = max([p.capacity for p in pictures] + [1])
+    ax.xaxis.set_major_locator(MultipleLocator(2 ** max(0, (widest // 6).bit_length() - 1)))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: format_bytes(int(x))))
+    ax.set_xlabel("offset from the slot's base")
     lock = "locked" if state.locked else "unlocked"
     ax.set_title(f"workspace: {lock}, growth '{state.growth}', alignment {state.alignment}")
     kinds = [Patch(color=c, label=k) for k, c in COLOURS.items()]
