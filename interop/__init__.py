@@ -14,6 +14,11 @@ from functional_ws import UbatchNotConfiguredError as UbatchNotConfiguredError
 from functional_ws import WorkspaceError as WorkspaceError
 from functional_ws import WorkspaceLockedError as WorkspaceLockedError
 
+from ._allocators import AllocationTypeError as AllocationTypeError
+from ._allocators import AllocationValueError as AllocationValueError
+from ._allocators import AllocatorError as AllocatorError
+from ._allocators import AllocatorNotCallableError as AllocatorNotCallableError
+from ._allocators import UnknownAllocatorError as UnknownAllocatorError
 from ._context import current_slot as current_slot
 from ._context import set_ubatch_provider as set_ubatch_provider
 from ._context import use_workspace_lane as use_workspace_lane
@@ -48,6 +53,10 @@ from ._stats import SlotStats as SlotStats
 from ._stats import WorkspaceStats as WorkspaceStats
 
 __all__ = [
+    "AllocationTypeError",
+    "AllocationValueError",
+    "AllocatorError",
+    "AllocatorNotCallableError",
     "DeviceNotVisibleError",
     "GradientTrackedError",
     "GrowthDuringCaptureError",
@@ -66,6 +75,7 @@ __all__ = [
     "ShardedArrayError",
     "SlotStats",
     "UbatchNotConfiguredError",
+    "UnknownAllocatorError",
     "UnsupportedDtypeError",
     "UnsupportedLayoutError",
     "WorkspaceError",

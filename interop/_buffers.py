@@ -1,8 +1,10 @@
 """The slots' device buffers: carrying out the growth the core plans, and carving views.
 
-One aligned ``uint8`` buffer per slot. Growth follows the original's order for each slot:
-drop the old buffer, empty the accelerator cache, allocate the new one inside
-``alloc_context()``. Retired buffers that something still holds are reported.
+One aligned ``uint8`` buffer per slot, from the manager's allocator (``_allocators.py``),
+always allocated inside ``alloc_context()``. With the built-in allocators, growth follows the
+original's order for each slot: drop the old buffer, empty the accelerator cache, allocate
+the new one. A callable allocator's new buffers are all allocated (and validated) first, so
+a refused result changes nothing. Retired buffers that something still holds are reported.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ import torch
 
 from functional_ws import Growth, ViewSpec, WorkspaceState
 
-from ._device import allocate_aligned, empty_device_cache, refuse_growth_during_capture
+from ._allocators import Allocation, SlotAllocator
+from ._device import empty_device_cache, refuse_growth_during_capture
 from ._diagnostics import caller_origin, debug_enabled, logger
 from ._retired import RetiredBuffers
 
@@ -31,6 +34,7 @@ class SlotBuffers:
         count: number of slots.
         alignment: every buffer's ``data_ptr()`` is a multiple of it.
         alloc_context: factory of the context each buffer is allocated in.
+        allocator: provides each buffer (``SlotAllocator()`` is torch's).
     """
 
     def __init__(
@@ -39,17 +43,24 @@ class SlotBuffers:
         count: int,
         alignment: int,
         alloc_context: Callable[[], AbstractContextManager[Any]],
+        allocator: SlotAllocator,
     ) -> None:
         self.device = device
         self.retired = RetiredBuffers()
+        self.allocator = allocator
         self._alignment = alignment
         self._alloc_context = alloc_context
         self._buffers: list[torch.Tensor | None] = [None] * count
+        self._owners: list[Any] = [None] * count  # what owns each buffer's memory (a jax.Array)
         self._empty: torch.Tensor | None = None
 
     def buffer(self, index: int) -> torch.Tensor | None:
         """Slot ``index``'s buffer, ``None`` before its first growth."""
         return self._buffers[index]
+
+    def owner(self, index: int) -> Any:
+        """What owns slot ``index``'s memory (the JAX array with ``"jax"``), else ``None``."""
+        return self._owners[index]
 
     def grow(
         self,
@@ -70,22 +81,34 @@ class SlotBuffers:
 
         Returns:
             ``(state, error)``: the state to install and ``None``, or, when an allocation
-            failed, the state that describes the buffers as they now are (the failed slot
-            empty, as the original left it; slots grown before it keep their new buffers)
-            and the error to raise after installing it.
+            failed, the state that describes the buffers as they now are and the error to
+            raise after installing it. Releasing first (the built-ins), the failed slot is
+            empty, as the original left it, and slots grown before it keep their new
+            buffers; allocating first (a callable), that state is ``old``: nothing changed.
 
         Raises:
             GrowthDuringCaptureError: the current CUDA stream is capturing; nothing changed.
         """
         refuse_growth_during_capture(self.device, *growth[0])
-        grown: list[int] = []
-        for slot, nbytes in growth:
-            index = new.index(slot)
+        if self.allocator.releases_first:
+            grown: list[int] = []
+            for slot, nbytes in growth:
+                index = new.index(slot)
+                try:
+                    self._release(index, slot, released)
+                    self._install(index, self._allocate(nbytes))
+                except BaseException as err:  # out of memory, alloc_context failed, interrupted
+                    return _after_failed_growth(old, new, grown, index), err
+                grown.append(index)
+        else:
             try:
-                self._replace(index, slot, nbytes, released)
-            except BaseException as err:  # out of memory, alloc_context failed, interrupted
-                return _after_failed_growth(old, new, grown, index), err
-            grown.append(index)
+                fresh = [self._allocate(nbytes) for _, nbytes in growth]
+            except BaseException as err:  # refused or failed: nothing has changed
+                return old, err
+            for (slot, _), allocation in zip(growth, fresh, strict=True):
+                index = new.index(slot)
+                self._release(index, slot, released)
+                self._install(index, allocation)
         if debug_enabled():
             origin = caller_origin()
             for slot, nbytes in growth:
@@ -99,19 +122,24 @@ class SlotBuffers:
                 )
         return new, None
 
-    def _replace(
-        self, index: int, slot: tuple[int, int], nbytes: int, released: Callable[[int], None]
-    ) -> None:
+    def _release(self, index: int, slot: tuple[int, int], released: Callable[[int], None]) -> None:
+        """Drop slot ``index``'s buffer (reporting it if something else holds it)."""
         retiring = self._buffers[index]
-        self._buffers[index] = None
+        self._buffers[index] = self._owners[index] = None
         released(index)
         if retiring is not None:
             record = self.retired.retire(slot, retiring)
             del retiring
             self.retired.report(record)
         empty_device_cache(self.device)
+
+    def _allocate(self, nbytes: int) -> Allocation:
         with self._alloc_context():
-            self._buffers[index] = allocate_aligned(nbytes, self.device, self._alignment)
+            return self.allocator.allocate(nbytes, self.device, self._alignment)
+
+    def _install(self, index: int, allocation: Allocation) -> None:
+        self._buffers[index] = allocation.buffer
+        self._owners[index] = allocation.owner
 
     def carve(self, index: int, offset: int, spec: ViewSpec) -> torch.Tensor:
         """The view the original built (slice, ``view(dtype)``, ``view(shape)``), to memoise.

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from functional_ws import WorkspaceError
@@ -48,12 +50,7 @@ def empty_device_cache(device: torch.device) -> None:
 def allocate_aligned(nbytes: int, device: torch.device, alignment: int) -> torch.Tensor:
     """A ``uint8`` tensor of exactly ``nbytes`` whose ``data_ptr()`` is a multiple of ``alignment``.
 
-    The exact size is tried first: CUDA's caching allocator hands out 256-aligned addresses
-    (FACTS.md), so nothing is wasted there and a growth's peak stays at the new size. When
-    the address is not aligned (torch's CPU allocator aligns to 64 bytes only), that block
-    is released and ``nbytes + alignment`` bytes are allocated; the result is the slice
-    starting at the first aligned address, which keeps the whole block alive through its
-    storage.
+    torch's own allocator through :func:`aligned_block`.
 
     Example:
         >>> import torch
@@ -61,10 +58,42 @@ def allocate_aligned(nbytes: int, device: torch.device, alignment: int) -> torch
         >>> buffer.numel(), buffer.data_ptr() % 256
         (1000, 0)
     """
-    buffer = torch.empty((nbytes,), dtype=torch.uint8, device=device)
+    return aligned_block(
+        lambda n: torch.empty((n,), dtype=torch.uint8, device=device), nbytes, alignment
+    )
+
+
+def aligned_block(
+    allocate: Callable[[int], torch.Tensor], nbytes: int, alignment: int
+) -> torch.Tensor:
+    """``nbytes`` bytes from ``allocate`` starting at a multiple of ``alignment``.
+
+    The exact size is tried first: CUDA's caching allocator hands out 256-aligned addresses
+    (FACTS.md), so nothing is wasted there and a growth's peak stays at the new size. When
+    the address is not aligned (torch's and JAX's CPU allocators align to 64 bytes only),
+    that block is released and ``nbytes + alignment`` bytes are allocated; the result is the
+    slice starting at the first aligned address, which keeps the whole block alive through
+    its storage.
+
+    Args:
+        allocate: returns a 1-D contiguous ``uint8`` tensor of at least the bytes asked for.
+        nbytes: bytes wanted.
+        alignment: a power of two.
+
+    Returns:
+        A ``uint8`` tensor of exactly ``nbytes`` whose ``data_ptr()`` is a multiple of
+        ``alignment`` (a slice of what ``allocate`` returned).
+
+    Example:
+        >>> import torch
+        >>> block = aligned_block(lambda n: torch.empty(n + 64, dtype=torch.uint8)[64:], 100, 256)
+        >>> block.numel(), block.data_ptr() % 256
+        (100, 0)
+    """
+    buffer = allocate(nbytes)
     if buffer.data_ptr() % alignment == 0:
-        return buffer
+        return buffer if buffer.numel() == nbytes else buffer[:nbytes]
     del buffer
-    block = torch.empty((nbytes + alignment,), dtype=torch.uint8, device=device)
+    block = allocate(nbytes + alignment)
     skip = -block.data_ptr() % alignment
     return block[skip : skip + nbytes]

@@ -96,11 +96,28 @@ def target_for(tensor: torch.Tensor) -> Target:
         key = ("cuda", tensor.get_device())
     else:
         key = (tensor.device.type, 0)
-    target = _targets.get(key)
-    if target is None:
-        with _targets_lock:
-            target = _targets.get(key) or _lookup_target(*key)
-            _targets[key] = target
+    return _targets.get(key) or _cache_target(key)
+
+
+def device_target(device: torch.device) -> Target:
+    """The JAX device for torch ``device`` (cached; ``cuda`` without an index: the current one).
+
+    Raises:
+        DeviceNotVisibleError: the device has no JAX backend in this process.
+    """
+    if device.type == "cpu":
+        key = _CPU_KEY
+    elif device.type == "cuda":
+        key = ("cuda", torch.cuda.current_device() if device.index is None else device.index)
+    else:
+        key = (device.type, 0)
+    return _targets.get(key) or _cache_target(key)
+
+
+def _cache_target(key: tuple[str, int]) -> Target:
+    with _targets_lock:
+        target = _targets.get(key) or _lookup_target(*key)
+        _targets[key] = target
     return target
 
 

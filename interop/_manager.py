@@ -37,6 +37,7 @@ from functional_ws import (
 )
 
 from . import _context, _plans
+from ._allocators import AllocatorArg, resolve_allocator
 from ._buffers import SlotBuffers
 from ._checks import check_torch_dtype, memoisable, plain_shape
 from ._context import SLOT, current_slot, provided_ubatch
@@ -81,11 +82,31 @@ class WorkspaceManager(PersistentResources):
         growth: ``"slot"`` (the original: only the requesting slot grows) or ``"ubatches"``
             (every ubatch slot of the requesting lane grows with it).
         alignment: byte alignment of every view, a power of two.
+        allocator: who provides each slot's buffer. ``"torch"`` (torch's allocator, as the
+            original); ``"jax"`` (a JAX ``uint8`` array on the matching JAX device, used by
+            torch zero-copy through DLPack: on a GPU where JAX preallocated, the workspace
+            lives in JAX's pool, not torch's); or a callable ``allocator(nbytes, device)``
+            returning a 1-D contiguous ``uint8`` tensor of at least ``nbytes`` on ``device``
+            (a pool you already have), validated on every growth. Every allocation runs
+            inside ``alloc_context()`` whichever the allocator (that context governs torch's
+            allocations only: JAX's bytes come from JAX's pool). The built-ins release a
+            slot's old buffer before allocating the new one; a callable's new buffers are
+            allocated first, so a refused result changes nothing, and a growth peaks at old
+            plus new. Ordering with ``"jax"``: the buffer is memory JAX computations may read
+            through :func:`interop.to_jax`; hand views to JAX with :func:`interop.jax_call`
+            (or order with ``to_jax``/``to_torch`` as the interop does) so that torch never
+            writes a region a JAX computation is still reading. The retired-buffer report
+            watches each buffer's torch storage: an allocator handing out slices of one
+            long-lived tensor would always be reported pinned.
 
     Raises:
         InvalidSpecError: (``ValueError``, "at least one") a count below one, a bad alignment
             or an unknown growth policy.
         TypeError: ``alloc_context`` is not callable.
+        UnknownAllocatorError: (``ValueError``) ``allocator`` is a string other than
+            ``"torch"`` and ``"jax"``.
+        AllocatorNotCallableError: (``TypeError``) ``allocator`` is neither.
+        DeviceNotVisibleError: (``ValueError``) ``"jax"`` for a device JAX cannot see.
         RuntimeError: ``device`` is not a device torch knows.
 
     Example:
@@ -111,6 +132,7 @@ class WorkspaceManager(PersistentResources):
         *,
         growth: fws.GrowthPolicy = "slot",
         alignment: int = 256,
+        allocator: AllocatorArg = "torch",
     ) -> None:
         if not callable(alloc_context):
             raise TypeError(
@@ -128,7 +150,13 @@ class WorkspaceManager(PersistentResources):
         self._num_ubatches = self._state.num_ubatches
         self._num_lanes = self._state.num_lanes
         count = len(self._state.slots)
-        self._buffers = SlotBuffers(self._device, count, self._state.alignment, alloc_context)
+        self._buffers = SlotBuffers(
+            self._device,
+            count,
+            self._state.alignment,
+            alloc_context,
+            resolve_allocator(allocator, self._device),
+        )
         # Per slot: raw request -> [state the replay left unchanged, plan, carved views].
         self._acquired: list[dict[Any, list[Any]]] = [{} for _ in range(count)]
         self._retained: list[dict[Any, list[Any]]] = [{} for _ in range(count)]
@@ -140,8 +168,8 @@ class WorkspaceManager(PersistentResources):
         # What the pictures draw: per slot, the last layout and span the core planned.
         self._last_layouts: dict[tuple[int, int], fws.Layout] = {}
         self._last_spans: dict[tuple[int, int], fws.Span] = {}
-        if self._device.type == "cuda":
-            warn_if_jax_preallocates(self._device, stacklevel=3)
+        if self._device.type == "cuda" and self._buffers.allocator.name != "jax":
+            warn_if_jax_preallocates(self._device, stacklevel=3)  # the workspace is torch's
 
     # ----- reading -----
 
@@ -155,27 +183,33 @@ class WorkspaceManager(PersistentResources):
         """The device the buffers live on."""
         return self._device
 
+    @property
+    def allocator(self) -> str:
+        """Who provides the buffers: ``"torch"``, ``"jax"`` or the callable's name."""
+        return self._buffers.allocator.name
+
     def is_locked(self) -> bool:
         """Check if workspace is locked."""
         return self._state.locked
 
     def stats(self) -> WorkspaceStats:
-        """Per slot capacity, high-water mark, growth count and retired-but-pinned bytes.
+        """Per slot capacity, high-water mark, growth count, retired-but-pinned bytes, allocator.
 
         Returns:
             A :class:`WorkspaceStats`; ``pinned_bytes`` counts retired buffers that live
-            views (or arrays imported from them) still hold.
+            views (or arrays imported from them) still hold; ``allocator`` says where the
+            bytes live (``"torch"``, ``"jax"`` or the callable's name).
 
         Example:
             >>> import torch
             >>> from interop import WorkspaceManager
-            >>> ws = WorkspaceManager("cpu")
+            >>> ws = WorkspaceManager("cpu", allocator="jax")
             >>> _ = ws.get_simultaneous(((100,), torch.float32))
             >>> s = ws.stats().slots[0]
-            >>> s.capacity, s.high_water, s.growths, s.pinned_bytes
-            (512, 512, 1, 0)
+            >>> s.capacity, s.high_water, s.growths, s.pinned_bytes, s.allocator
+            (512, 512, 1, 0, 'jax')
         """
-        return collect(self._state, self._buffers.retired.pinned())
+        return collect(self._state, self._buffers.retired.pinned(), self.allocator)
 
     @property
     def last_layouts(self) -> dict[tuple[int, int], fws.Layout]:
@@ -220,10 +254,11 @@ class WorkspaceManager(PersistentResources):
 
     def __repr__(self) -> str:
         s = self._state
+        allocator = "" if self.allocator == "torch" else f", allocator {self.allocator}"
         return (
             f"WorkspaceManager(device={self._device}, {s.num_ubatches} ubatch x "
             f"{s.num_lanes} lane, {fws.format_bytes(sum(x.capacity for x in s.slots))}, "
-            f"{'locked' if s.locked else 'unlocked'})"
+            f"{'locked' if s.locked else 'unlocked'}{allocator})"
         )
 
     # ----- lock -----

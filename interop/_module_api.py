@@ -11,6 +11,7 @@ import torch
 import functional_ws as fws
 from functional_ws import NotInitializedError
 
+from ._allocators import AllocatorArg
 from ._diagnostics import logger
 from ._manager import WorkspaceManager
 
@@ -24,6 +25,7 @@ def init_workspace_manager(
     alloc_context: Callable[[], AbstractContextManager[Any]] = nullcontext,
     *,
     growth: fws.GrowthPolicy = "slot",
+    allocator: AllocatorArg = "torch",
 ) -> None:
     """Initialize the workspace manager with a device.
 
@@ -36,6 +38,8 @@ def init_workspace_manager(
         num_lanes: independent execution lanes per ubatch.
         alloc_context: factory of the context every buffer is allocated in.
         growth: the growth policy, ``"slot"`` (the original) or ``"ubatches"``.
+        allocator: who provides the buffers, ``"torch"``, ``"jax"`` or a callable (see
+            :class:`WorkspaceManager`).
 
     Raises:
         InvalidSpecError: (``ValueError``, "at least one") a count below one.
@@ -49,7 +53,9 @@ def init_workspace_manager(
         >>> reset_workspace_manager()
     """
     global _manager
-    manager = WorkspaceManager(device, num_ubatches, num_lanes, alloc_context, growth=growth)
+    manager = WorkspaceManager(
+        device, num_ubatches, num_lanes, alloc_context, growth=growth, allocator=allocator
+    )
     if _manager is not None:
         logger.warning(
             "WorkspaceManager already initialized on device %s, reinitializing on device %s",

@@ -20,6 +20,9 @@ class SlotStats:
         growths: how many times the slot's buffer was (re)allocated.
         pinned_bytes: bytes of this slot's retired buffers that live views still hold.
         pinned_buffers: how many such buffers there are.
+        allocator: who provides the slot's buffers (``"torch"``, ``"jax"`` or a callable's
+            name): where its bytes are accounted (torch's ``memory_allocated()`` or JAX's
+            memory stats, or the pool's).
     """
 
     slot: tuple[int, int]
@@ -28,6 +31,7 @@ class SlotStats:
     growths: int
     pinned_bytes: int
     pinned_buffers: int
+    allocator: str = "torch"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,15 +60,21 @@ class WorkspaceStats:
             lines.append(
                 f"  slot {s.slot}: capacity {format_bytes(s.capacity)}, high water "
                 f"{format_bytes(s.high_water)}, {s.growths} growths, pinned "
-                f"{format_bytes(s.pinned_bytes)} in {s.pinned_buffers} buffers"
+                f"{format_bytes(s.pinned_bytes)} in {s.pinned_buffers} buffers, allocator "
+                f"{s.allocator}"
             )
         return "\n".join(lines)
 
 
-def collect(state: WorkspaceState, pinned: list[RetiredBuffer]) -> WorkspaceStats:
-    """The statistics of a manager in ``state`` whose retired buffers ``pinned`` are alive."""
+def collect(
+    state: WorkspaceState, pinned: list[RetiredBuffer], allocator: str = "torch"
+) -> WorkspaceStats:
+    """The statistics of a manager in ``state`` whose retired buffers ``pinned`` are alive,
+    its buffers provided by ``allocator``."""
     slots = []
     for slot, s in zip(state.all_slots(), state.slots, strict=True):
         mine = [r.nbytes for r in pinned if r.slot == slot]
-        slots.append(SlotStats(slot, s.capacity, s.high_water, s.growths, sum(mine), len(mine)))
+        slots.append(
+            SlotStats(slot, s.capacity, s.high_water, s.growths, sum(mine), len(mine), allocator)
+        )
     return WorkspaceStats(state.locked, tuple(slots))
