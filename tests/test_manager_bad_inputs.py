@@ -7,6 +7,7 @@ import os
 import numpy as np
 import pytest
 import torch
+from _allocators import workspace
 
 import interop
 from interop import WorkspaceManager, use_workspace_lane, use_workspace_ubatch
@@ -115,7 +116,7 @@ CASES = [
 
 
 def _base():
-    ws = WorkspaceManager(DEVICE, num_ubatches=2, num_lanes=2)
+    ws = workspace(DEVICE, num_ubatches=2, num_lanes=2)
     ws.get_simultaneous(((1000,), U8))
     view, _ = ws.get_retained("kv", (64,), U8)
     view.copy_(torch.arange(64, dtype=U8))
@@ -133,6 +134,7 @@ def _snapshot(ws):
     return ws.state, retained, persistent, buffer.data_ptr()
 
 
+@pytest.mark.usefixtures("allocator")
 @pytest.mark.parametrize(
     ("call", "locked", "kind", "fragments"),
     [pytest.param(*case[1:], id=case[0]) for case in CASES],

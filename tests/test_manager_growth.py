@@ -7,6 +7,7 @@ import os
 
 import pytest
 import torch
+from _allocators import workspace
 
 from interop import (
     GrowthDuringCaptureError,
@@ -28,8 +29,9 @@ def warnings_log(caplog):
     return caplog
 
 
+@pytest.mark.usefixtures("allocator")
 def test_warning_fires_when_a_view_outlives_growth(warnings_log):
-    ws = WorkspaceManager(DEVICE)
+    ws = workspace(DEVICE)
     (kept,) = ws.get_simultaneous(((1000,), U8))
     ws.get_simultaneous(((5000,), U8))
     assert "slot (0, 0)" in warnings_log.text and "still pinned" in warnings_log.text
@@ -41,8 +43,9 @@ def test_warning_fires_when_a_view_outlives_growth(warnings_log):
     assert ws.stats().pinned_bytes == 0
 
 
+@pytest.mark.usefixtures("allocator")
 def test_silent_when_no_view_outlives_growth(warnings_log):
-    ws = WorkspaceManager(DEVICE)
+    ws = workspace(DEVICE)
     for _ in range(3):  # memoised: the manager's own references must not count
         ws.get_simultaneous(((1000,), U8), ((10,), torch.float32))
     ws.get_retained("kv", (100,), U8)
@@ -52,8 +55,9 @@ def test_silent_when_no_view_outlives_growth(warnings_log):
     assert ws.stats().pinned_bytes == 0
 
 
+@pytest.mark.usefixtures("allocator")
 def test_a_retained_view_kept_across_growth_is_reported(warnings_log):
-    ws = WorkspaceManager(DEVICE)
+    ws = workspace(DEVICE)
     view, _ = ws.get_retained("kv", (1000,), U8)
     ws.reserve(((4096,), U8))
     assert "still pinned" in warnings_log.text
@@ -61,8 +65,9 @@ def test_a_retained_view_kept_across_growth_is_reported(warnings_log):
     del view
 
 
+@pytest.mark.usefixtures("allocator")
 def test_ubatches_policy_reports_the_other_slot(warnings_log):
-    ws = WorkspaceManager(DEVICE, num_ubatches=2, growth="ubatches")
+    ws = workspace(DEVICE, num_ubatches=2, growth="ubatches")
     ws.get_simultaneous(((100,), U8))
     with use_workspace_ubatch(1):
         (other,) = ws.get_simultaneous(((100,), U8))
@@ -73,9 +78,10 @@ def test_ubatches_policy_reports_the_other_slot(warnings_log):
 
 
 @pytest.mark.skipif(DEVICE.type != "cpu", reason="JAX here is CPU-only")
+@pytest.mark.usefixtures("allocator")
 def test_a_jax_array_imported_from_a_view_pins_the_retired_buffer(warnings_log):
     jax = pytest.importorskip("jax")
-    ws = WorkspaceManager(DEVICE)
+    ws = workspace(DEVICE)
     (view,) = ws.get_simultaneous(((256,), torch.float32))
     view.fill_(1.5)
     array = jax.dlpack.from_dlpack(view)

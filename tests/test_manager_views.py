@@ -16,10 +16,10 @@ import os
 
 import pytest
 import torch
-
-from interop import WorkspaceManager
+from _allocators import workspace
 
 DEVICE = torch.device(os.environ.get("FUNCTIONAL_WS_TEST_DEVICE", "cpu"))
+pytestmark = pytest.mark.usefixtures("allocator")  # every allocator's buffers, the same uses
 SPEC = ((4, 4), torch.float32)
 OFFSET = 256  # the view under test is the second one: ((8,), uint8) comes first
 MODES = {
@@ -38,6 +38,13 @@ KNOWN_DIFFERENCES = {
     # write through one call's view is invisible to autograd's checks on the next call's
     # view; ours share one counter, as views of any other buffer do (stricter, not looser).
     "version": lambda alloc, carve, call, use: alloc == "inference" and call != "inference",
+}
+#: allocator -> uses where ours may differ in every mode combination, and why.
+ALLOCATOR_DIFFERENCES = {
+    # A JAX-owned buffer reaches torch through DLPack, whose storage is not resizable: torch
+    # refuses resize_ beyond it, where the original reallocated the whole buffer's storage
+    # under the manager (a refusal is the safer outcome).
+    "jax": {"resize_ larger"},
 }
 
 
@@ -60,7 +67,7 @@ class Ours:
     """The façade: allocated in one mode, the view carved and memoised in another."""
 
     def __init__(self, alloc_mode):
-        self.ws = WorkspaceManager(DEVICE)
+        self.ws = workspace(DEVICE)
         with alloc_mode():
             self.ws.reserve(((1024,), torch.uint8))
             self.ws._slot_buffer((0, 0)).zero_()  # the original's buffer above is zeros too
@@ -130,7 +137,7 @@ COMBINATIONS = list(itertools.product(MODES, repeat=4))
 
 
 @pytest.mark.parametrize("name", sorted(USES))
-def test_every_use_the_original_allows_behaves_the_same(name):
+def test_every_use_the_original_allows_behaves_the_same(name, allocator):
     differences = []
     for alloc, carve, call, use in COMBINATIONS:
         original = _outcome(Original, alloc, carve, call, use, name)
@@ -139,8 +146,10 @@ def test_every_use_the_original_allows_behaves_the_same(name):
             continue
         differences.append(((alloc, carve, call, use), original, ours))
     allowed = KNOWN_DIFFERENCES.get(name, lambda *modes: False)
+    if name in ALLOCATOR_DIFFERENCES.get(allocator, ()):
+        allowed = lambda *modes: True  # noqa: E731
     assert not [d for d in differences if not allowed(*d[0])], differences[:3]
-    if name in KNOWN_DIFFERENCES:
+    if name in KNOWN_DIFFERENCES or name in ALLOCATOR_DIFFERENCES.get(allocator, ()):
         assert differences, f"{name} no longer differs: drop it from KNOWN_DIFFERENCES"
 
 

@@ -5,6 +5,7 @@ cross-checked with ``data_ptr``); real bytes are written through the returned vi
 back from the buffer, so ``intact`` is checked against memory, not bookkeeping; every
 non-empty view must start at an address that is a multiple of 256 and the views of one call
 must not overlap in memory. Persistent tensors carry a pattern that must survive everything.
+The machine runs with each allocator (``torch``, ``jax``, a callable: ``tests/_allocators.py``).
 """
 
 import contextlib
@@ -13,6 +14,7 @@ import os
 
 import pytest
 import torch
+from _allocators import ALLOCATORS
 from hypothesis import Phase, settings
 from hypothesis import strategies as st
 from hypothesis.errors import Flaky
@@ -38,6 +40,7 @@ class ManagerMachine(WorkspaceMachine):
     """:class:`WorkspaceMachine` whose system under test is a real ``WorkspaceManager``."""
 
     dtype_pool = TORCH_DTYPES
+    allocator = "torch"
 
     def setup_system(self):
         self.ws = WorkspaceManager(
@@ -46,6 +49,7 @@ class ManagerMachine(WorkspaceMachine):
             self.num_lanes,
             growth=self.growth,
             alignment=self.alignment,
+            allocator=ALLOCATORS[self.allocator],
         )
         self.views = {}  # (slot, offset, nbytes) -> a view handed out there, to write through
         self.persistent = {}  # (slot, key) -> (tensor, the bytes written into it)
@@ -169,6 +173,25 @@ class UbatchesManagerMachine(ManagerMachine):
 
 
 class TestUbatchesManagerMachine(UbatchesManagerMachine.TestCase):
+    pass
+
+
+class JaxManagerMachine(ManagerMachine):
+    allocator = "jax"
+
+
+class TestJaxManagerMachine(JaxManagerMachine.TestCase):
+    pass
+
+
+class CallableUbatchesManagerMachine(UbatchesManagerMachine):
+    """A callable allocator allocates every growing slot first: the ubatches policy grows
+    several slots at once, so this is where that order shows."""
+
+    allocator = "callable"
+
+
+class TestCallableUbatchesManagerMachine(CallableUbatchesManagerMachine.TestCase):
     pass
 
 
