@@ -17,7 +17,7 @@ import traceback
 from collections.abc import Callable
 
 Row = tuple[str, str, str]
-SECTIONS = ("_gpu_facade", "_gpu_jax")
+SECTIONS = ("_gpu_facade", "_gpu_jax", "_gpu_allocators")
 
 
 def main() -> int:
