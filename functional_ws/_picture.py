@@ -29,9 +29,31 @@ COLOURS = {
 }
 
 
+#: Common dtypes get colours of their own, so that they never share one in a picture.
+KNOWN_DTYPES = {
+    "float32": "#0072B2",
+    "bfloat16": "#D55E00",
+    "float16": "#882255",
+    "int32": "#117733",
+    "int8": "#332288",
+    "uint8": "#AA4499",
+    "int64": "#44AA99",
+    "float64": "#997700",
+    "bool": "#555555",
+}
+
+
 def dtype_colour(dtype: Any) -> str:
-    """A stable colour per dtype name (the same in every process)."""
-    return DTYPE_PALETTE[zlib.crc32(str(dtype).encode()) % len(DTYPE_PALETTE)]
+    """A stable colour per dtype (the same in every process); ``torch.`` prefixes ignored.
+
+    Example:
+        >>> dtype_colour("float32") != dtype_colour("int32")
+        True
+    """
+    name = str(dtype).removeprefix("torch.")
+    if name in KNOWN_DTYPES:
+        return KNOWN_DTYPES[name]
+    return DTYPE_PALETTE[zlib.crc32(name.encode()) % len(DTYPE_PALETTE)]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,9 +126,15 @@ def slot_pictures(
                     segments.append(Segment("padding", end, padded, "padding", COLOURS["padding"]))
             used = layout.total
         tail = _tail_segment(s.retained, spans.get(slot), s.capacity)
-        free_end = tail.start if tail is not None and tail.start >= used else s.capacity
-        if free_end > used:
-            segments.append(Segment("free", used, free_end, "free", COLOURS["free"]))
+        # Free space: what neither the views nor the tail cover.
+        gaps = [(used, s.capacity)]
+        if tail is not None:
+            gaps = [(used, min(tail.start, s.capacity)), (max(used, tail.end), s.capacity)]
+        segments.extend(
+            Segment("free", start, end, "free", COLOURS["free"])
+            for start, end in gaps
+            if end > start
+        )
         if tail is not None:
             segments.append(tail)
         pictures.append(SlotPicture(slot, s.capacity, s.high_water, tuple(segments)))

@@ -1,5 +1,7 @@
 """The pictures say what the state says: segments, HTML, matplotlib, diffs."""
 
+import itertools
+
 import matplotlib
 import numpy as np
 
@@ -30,7 +32,7 @@ def test_segments_cover_views_padding_free_and_tail():
     kinds = [(g.kind, g.start, g.end) for g in p0.segments]
     assert kinds == [
         ("view", 0, 200), ("padding", 200, 256), ("view", 256, 268), ("padding", 268, 512),
-        ("free", 512, 1536), ("retained", 1536, 1836),
+        ("free", 512, 1536), ("free", 1836, 2048), ("retained", 1536, 1836),
     ]  # fmt: skip
     assert p0.capacity == 2048 and p1.segments == ()
     assert p0.segments[0].colour == fws.slot_pictures(s, {(0, 0): layout})[0].segments[0].colour
@@ -41,6 +43,17 @@ def test_clobbered_tail_is_marked():
     s2, big = fws.acquire(s, (0, 0), ((1600,), U8))  # reaches into the span
     (p0, _) = fws.slot_pictures(s2, {(0, 0): big}, {(0, 0): span})
     assert p0.segments[-1].kind == "clobbered" and "clobbered" in p0.segments[-1].label
+    covered = sorted((g.start, g.end) for g in p0.segments if g.kind != "clobbered")
+    assert all(a[1] <= b[0] for a, b in itertools.pairwise(covered))  # views, padding, free
+    assert not any(g.kind == "free" and g.start < 1836 and g.end > 1536 for g in p0.segments)
+
+
+def test_common_dtypes_have_distinct_colours():
+    from functional_ws._picture import KNOWN_DTYPES, dtype_colour
+
+    assert len(set(KNOWN_DTYPES.values())) == len(KNOWN_DTYPES)
+    assert dtype_colour("torch.float16") == dtype_colour(np.dtype("float16"))
+    assert dtype_colour("torch.int32") != dtype_colour("torch.float16")
 
 
 def test_html_shows_header_views_and_states():
