@@ -24,7 +24,7 @@ import os
 import threading
 from collections.abc import Callable, Hashable, Iterable
 from contextlib import AbstractContextManager, nullcontext
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
@@ -158,15 +158,14 @@ class WorkspaceManager(PersistentResources):
             resolve_allocator(allocator, self._device),
         )
         # Per slot: raw request -> [state the replay left unchanged, plan, carved views].
-        self._acquired: list[dict[Any, list[Any]]] = [{} for _ in range(count)]
+        self._acquired: list[_Memo] = [_Memo() for _ in range(count)]
         self._retained: list[dict[Any, list[Any]]] = [{} for _ in range(count)]
         # The same memos indexed [ubatch][lane], as the hot paths look them up.
         self._acquired_at = _by_slot(self._acquired, self._num_lanes)
         self._retained_at = _by_slot(self._retained, self._num_lanes)
         self._resources: list[dict[Hashable, Any]] = [{} for _ in range(count)]
         self._mutex = threading.RLock()
-        # What the pictures draw: per slot, the last layout and span the core planned.
-        self._last_layouts: dict[tuple[int, int], fws.Layout] = {}
+        # What the pictures draw: per slot, the last span (the last layout is `_Memo.last`).
         self._last_spans: dict[tuple[int, int], fws.Span] = {}
         if self._device.type == "cuda" and self._buffers.allocator.name != "jax":
             warn_if_jax_preallocates(self._device, stacklevel=3)  # the workspace is torch's
@@ -213,12 +212,12 @@ class WorkspaceManager(PersistentResources):
 
     @property
     def last_layouts(self) -> dict[tuple[int, int], fws.Layout]:
-        """Per slot, the last layout the core planned (what the pictures draw).
-
-        A repeated request reuses its memoised plan without recording it (recording would
-        cost the hot path), so this is the most recent *new* request of each slot.
-        """
-        return dict(self._last_layouts)
+        """Per slot, the layout of the last :meth:`get_simultaneous` (what pictures draw)."""
+        return {
+            self._state.slot_of(i): memo.last
+            for i, memo in enumerate(self._acquired)
+            if memo.last is not None
+        }
 
     @property
     def last_spans(self) -> dict[tuple[int, int], fws.Span]:
@@ -320,7 +319,8 @@ class WorkspaceManager(PersistentResources):
         if ubatch is None:
             ubatch = 0 if _context.provider is None else provided_ubatch()
         try:  # lane and ubatch are non-negative ints: too large raises IndexError
-            entry = self._acquired_at[ubatch][lane][shapes_and_dtypes]
+            memo = self._acquired_at[ubatch][lane]
+            entry = memo[shapes_and_dtypes]
         except (IndexError, KeyError, TypeError):  # the slow path serves it or explains
             return self._acquire(shapes_and_dtypes)
         # A memoised ((1,), dtype) equals ((True,), dtype) and ((1.0,), dtype): check.
@@ -335,6 +335,7 @@ class WorkspaceManager(PersistentResources):
                 return self._acquire(shapes_and_dtypes)
             if new is state:
                 entry[0] = state
+        memo.last = entry[1]  # what the pictures draw
         return entry[2]()  # type: ignore[no-any-return]
 
     def try_get_simultaneous(
@@ -383,7 +384,7 @@ class WorkspaceManager(PersistentResources):
                     for offset, spec in zip(layout.offsets, layout.specs, strict=True)
                 ]
             )
-            self._last_layouts[layout.slot] = layout.without_growth()
+            self._acquired[layout.index].last = layout.without_growth()
             if memoisable(specs):
                 # [state the replay left unchanged, plan, maker of fresh views]
                 entry = [None, layout.without_growth(), fresh_views]
@@ -558,7 +559,20 @@ class WorkspaceManager(PersistentResources):
         return self._buffers.buffer(self._state.index(slot))
 
 
-def _by_slot(memos: list[dict[Any, list[Any]]], num_lanes: int) -> list[list[dict[Any, Any]]]:
+_M = TypeVar("_M")
+
+
+class _Memo(dict[Any, list[Any]]):
+    """A slot's memo of requests, and the layout of the slot's last request."""
+
+    __slots__ = ("last",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.last: fws.Layout | None = None
+
+
+def _by_slot(memos: list[_M], num_lanes: int) -> list[list[_M]]:
     """``memos`` (stored ubatch-major) as ``[ubatch][lane]``."""
     return [memos[i : i + num_lanes] for i in range(0, len(memos), num_lanes)]
 

@@ -59,11 +59,15 @@ class WorkspaceStats:
         for s in self.slots:
             lines.append(
                 f"  slot {s.slot}: capacity {format_bytes(s.capacity)}, high water "
-                f"{format_bytes(s.high_water)}, {s.growths} growths, pinned "
-                f"{format_bytes(s.pinned_bytes)} in {s.pinned_buffers} buffers, allocator "
-                f"{s.allocator}"
+                f"{format_bytes(s.high_water)}, {_count(s.growths, 'growth')}, pinned "
+                f"{format_bytes(s.pinned_bytes)} in {_count(s.pinned_buffers, 'buffer')}, "
+                f"allocator {s.allocator}"
             )
         return "\n".join(lines)
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def collect(

@@ -55,3 +55,12 @@ def test_recording_keeps_calls_states_and_refusals():
     assert history[-1].state == history[-2].state  # the refusal changed nothing
     assert "get_simultaneous" not in vars(ws)  # recording is off again: no wrappers left
     assert len(history.plot_capacity().axes[0].lines) == 2
+
+
+def test_picture_follows_repeated_requests():
+    ws = WorkspaceManager("cpu")
+    small, big = ((64,), torch.float32), ((512,), torch.uint8)
+    ws.get_simultaneous(big)
+    ws.get_simultaneous(small)
+    ws.get_simultaneous(big)  # a memoised request: the picture must follow it too
+    assert ws.last_layouts[(0, 0)].specs[0].shape == (512,)
