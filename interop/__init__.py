@@ -24,6 +24,8 @@ from ._context import set_ubatch_provider as set_ubatch_provider
 from ._context import use_workspace_lane as use_workspace_lane
 from ._context import use_workspace_ubatch as use_workspace_ubatch
 from ._device import GrowthDuringCaptureError as GrowthDuringCaptureError
+from ._history import History as History
+from ._history import Record as Record
 from ._jax import jax_call as jax_call
 from ._jax import to_jax as to_jax
 from ._jax import to_torch as to_torch
@@ -61,6 +63,7 @@ __all__ = [
     "GradientTrackedError",
     "GrowthDuringCaptureError",
     "HandoffError",
+    "History",
     "InvalidSlotError",
     "InvalidSpecError",
     "JaxAlreadyStartedError",
@@ -72,6 +75,7 @@ __all__ = [
     "NotInitializedError",
     "PersistentKeyLockedError",
     "PersistentMismatchError",
+    "Record",
     "ShardedArrayError",
     "SlotStats",
     "UbatchNotConfiguredError",

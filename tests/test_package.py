@@ -22,6 +22,31 @@ TESTING_NAMES = {
 }  # fmt: skip
 
 
+INTEROP_NAMES = {
+    "AllocationTypeError", "AllocationValueError", "AllocatorError", "AllocatorNotCallableError",
+    "DeviceNotVisibleError", "GradientTrackedError", "GrowthDuringCaptureError", "HandoffError",
+    "History", "InvalidSlotError", "InvalidSpecError", "JaxAlreadyStartedError",
+    "JaxPreallocationWarning", "JaxSettingError", "LaneNotConfiguredError", "LazyViewError",
+    "MisalignedViewError", "NotInitializedError", "PersistentKeyLockedError",
+    "PersistentMismatchError", "Record", "ShardedArrayError", "SlotStats",
+    "UbatchNotConfiguredError", "UnknownAllocatorError", "UnsupportedDtypeError",
+    "UnsupportedLayoutError", "WorkspaceError", "WorkspaceLockedError", "WorkspaceManager",
+    "WorkspaceStats", "X64DisabledError", "ZeroCopyError", "configure_jax_for_sharing",
+    "current_slot", "current_workspace_manager", "init_workspace_manager",
+    "is_workspace_manager_initialized", "jax_call", "lock_workspace", "reset_workspace_manager",
+    "set_ubatch_provider", "to_jax", "to_torch", "unlock_workspace", "use_workspace_lane",
+    "use_workspace_ubatch", "warn_if_jax_preallocates",
+}  # fmt: skip
+
+
+def test_interop_public_names_are_pinned():
+    import interop
+
+    assert set(interop.__all__) == INTEROP_NAMES
+    for name in interop.__all__:
+        assert hasattr(interop, name), name
+
+
 def test_public_names_are_pinned():
     assert set(functional_ws.__all__) == CORE_NAMES
     assert set(functional_ws.testing.__all__) == TESTING_NAMES
