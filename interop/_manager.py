@@ -159,14 +159,12 @@ class WorkspaceManager(PersistentResources):
         )
         # Per slot: raw request -> [state the replay left unchanged, plan, carved views].
         self._acquired: list[_Memo] = [_Memo() for _ in range(count)]
-        self._retained: list[dict[Any, list[Any]]] = [{} for _ in range(count)]
+        self._retained: list[_Memo] = [_Memo() for _ in range(count)]
         # The same memos indexed [ubatch][lane], as the hot paths look them up.
         self._acquired_at = _by_slot(self._acquired, self._num_lanes)
         self._retained_at = _by_slot(self._retained, self._num_lanes)
         self._resources: list[dict[Hashable, Any]] = [{} for _ in range(count)]
         self._mutex = threading.RLock()
-        # What the pictures draw: per slot, the last span (the last layout is `_Memo.last`).
-        self._last_spans: dict[tuple[int, int], fws.Span] = {}
         if self._device.type == "cuda" and self._buffers.allocator.name != "jax":
             warn_if_jax_preallocates(self._device, stacklevel=3)  # the workspace is torch's
 
@@ -213,16 +211,12 @@ class WorkspaceManager(PersistentResources):
     @property
     def last_layouts(self) -> dict[tuple[int, int], fws.Layout]:
         """Per slot, the layout of the last :meth:`get_simultaneous` (what pictures draw)."""
-        return {
-            self._state.slot_of(i): memo.last
-            for i, memo in enumerate(self._acquired)
-            if memo.last is not None
-        }
+        return _last_plans(self._state, self._acquired)
 
     @property
     def last_spans(self) -> dict[tuple[int, int], fws.Span]:
-        """Per slot, the last retained span the core planned (drawn intact or clobbered)."""
-        return dict(self._last_spans)
+        """Per slot, the span of the last :meth:`get_retained` (drawn intact or clobbered)."""
+        return _last_plans(self._state, self._retained)
 
     def recording(self) -> AbstractContextManager[History]:
         """Record every public call and the state after it, until the block ends.
@@ -427,17 +421,20 @@ class WorkspaceManager(PersistentResources):
         if ubatch is None:
             ubatch = 0 if _context.provider is None else provided_ubatch()
         try:
-            entry = self._retained_at[ubatch][lane][key, shape, dtype]
+            memo = self._retained_at[ubatch][lane]
+            entry = memo[key, shape, dtype]
         except (IndexError, KeyError, TypeError):
             entry = None
         if entry is not None and plain_shape(shape):
             state = self._state
             if entry[0] is state:  # the replay left this state unchanged: intact
+                memo.last = entry[1]  # what the pictures draw
                 return entry[2].view(dtype), True
             new, span, intact = replay_retain(state, entry[1])
             if span is entry[1] and (new is state or self._commit(state, new)):
                 if new is state:
                     entry[0] = state
+                memo.last = span
                 return entry[2].view(dtype), intact
         return self._retain(key, shape, dtype)
 
@@ -456,7 +453,7 @@ class WorkspaceManager(PersistentResources):
             if span.growth:  # memoised as a later call will replay it
                 span = dataclasses.replace(span, growth=())
             view = self._buffers.carve(span.index, span.offset, span.spec)
-            self._last_spans[span.slot] = span
+            self._retained[span.index].last = span
             if isinstance(shape, tuple) and plain_shape(shape):
                 _remember(self._retained[span.index], (key, shape, dtype), [None, span, view])
             return view.view(dtype), intact
@@ -563,13 +560,18 @@ _M = TypeVar("_M")
 
 
 class _Memo(dict[Any, list[Any]]):
-    """A slot's memo of requests, and the layout of the slot's last request."""
+    """A slot's memo of requests, and the plan (a ``Layout`` or ``Span``) of its last one."""
 
     __slots__ = ("last",)
 
     def __init__(self) -> None:
         super().__init__()
-        self.last: fws.Layout | None = None
+        self.last: Any = None
+
+
+def _last_plans(state: WorkspaceState, memos: list[_Memo]) -> dict[tuple[int, int], Any]:
+    """Per slot that served a request, the plan of its last one."""
+    return {state.slot_of(i): m.last for i, m in enumerate(memos) if m.last is not None}
 
 
 def _by_slot(memos: list[_M], num_lanes: int) -> list[list[_M]]:

@@ -64,3 +64,13 @@ def test_picture_follows_repeated_requests():
     ws.get_simultaneous(small)
     ws.get_simultaneous(big)  # a memoised request: the picture must follow it too
     assert ws.last_layouts[(0, 0)].specs[0].shape == (512,)
+
+
+def test_picture_follows_repeated_retains():
+    ws = WorkspaceManager("cpu")
+    ws.get_simultaneous(((1024,), torch.uint8))
+    ws.get_retained("a", (16,), torch.uint8)
+    ws.get_retained("b", (32,), torch.uint8)
+    ws.get_retained("a", (16,), torch.uint8)  # a memoised request: the picture must follow
+    assert ws.last_spans[(0, 0)].key == "a"
+    assert "retained &#x27;a&#x27; (intact)" in ws._repr_html_()
