@@ -21,13 +21,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-Row = tuple[str, str, str]
+from _gpu_common import Row, verdict
+
 ROOT = Path(__file__).resolve().parents[1]
 _GIB = 1 << 30
-
-
-def _verdict(ok: bool) -> str:
-    return "PASS" if ok else "FAIL"
 
 
 def _jax_stats(device: Any) -> dict[str, int]:
@@ -112,7 +109,7 @@ def jax_workspace_with_preallocation_on() -> list[Row]:
     return [
         (
             "jax workspace, prealloc on",
-            _verdict(torch_growth < _GIB and jax_growth >= nbytes),
+            verdict(torch_growth < _GIB and jax_growth >= nbytes),
             f"{gib(nbytes)} workspace: torch allocated +{gib(torch_growth)}, JAX in use "
             f"+{gib(jax_growth)} (limit {gib(after['jax'].get('bytes_limit', 0))}), device "
             f"free {gib(before['device_free'])} -> {gib(after['device_free'])}",
@@ -124,7 +121,7 @@ def jax_workspace_with_preallocation_on() -> list[Row]:
         ),
         (
             "jax workspace zero-copy",
-            _verdict(
+            verdict(
                 report["to_jax_aliases"]
                 and report["to_torch_aliases"]
                 and report["aligned"]

@@ -14,18 +14,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
+from _gpu_common import Row, verdict
 
 from interop import GrowthDuringCaptureError, WorkspaceManager
 
-Row = tuple[str, str, str]
 ROOT = Path(__file__).resolve().parents[1]
 CUDA = torch.device("cuda")
 F32, U8 = torch.float32, torch.uint8
 _new_stream: Callable[[], torch.cuda.Stream] = torch.cuda.Stream  # its __init__ is untyped
-
-
-def _verdict(ok: bool) -> str:
-    return "PASS" if ok else "FAIL"
 
 
 def facade_tests_on_cuda() -> list[Row]:
@@ -43,7 +39,7 @@ def facade_tests_on_cuda() -> list[Row]:
     )
     print(done.stdout[-4000:], done.stderr[-2000:], flush=True)
     summary = (done.stdout.strip().splitlines() or ["no output"])[-1].strip("= ")
-    return [("façade tests on cuda", _verdict(done.returncode == 0), summary)]
+    return [("façade tests on cuda", verdict(done.returncode == 0), summary)]
 
 
 def hot_path_on_cuda() -> list[Row]:
@@ -62,7 +58,7 @@ def hot_path_on_cuda() -> list[Row]:
         rows.append(
             (
                 f"hot path: {case}",
-                _verdict(ok),
+                verdict(ok),
                 f"ours {m['ours']:.2f} µs, baseline {m['baseline']:.2f} µs{empty}, "
                 f"ratio {m['ratio']:.2f} (target {target})",
             )
@@ -77,7 +73,7 @@ def alignment_on_cuda() -> list[Row]:
     views = ws.get_simultaneous(*[((3, 5), d) for d in dtypes])
     retained, _ = ws.get_retained("kv", (7,), torch.float16)
     bad = [v.dtype for v in [*views, retained] if v.data_ptr() % 256]
-    return [("alignment on cuda", _verdict(not bad), f"misaligned: {bad}" if bad else "all 256")]
+    return [("alignment on cuda", verdict(not bad), f"misaligned: {bad}" if bad else "all 256")]
 
 
 def _captured_double(ws: WorkspaceManager, stream: torch.cuda.Stream) -> torch.cuda.CUDAGraph:
@@ -105,7 +101,7 @@ def graph_capture_and_replay() -> list[Row]:
         graph.replay()
         torch.cuda.synchronize()
         results.append(bool(target.eq(2 * value).all()))
-    return [("graph capture + replay", _verdict(all(results)), f"replays correct: {results}")]
+    return [("graph capture + replay", verdict(all(results)), f"replays correct: {results}")]
 
 
 def growth_refused_during_capture() -> list[Row]:
@@ -130,7 +126,7 @@ def growth_refused_during_capture() -> list[Row]:
     torch.cuda.synchronize()
     ws.get_simultaneous(((1 << 24,), F32))  # after capture it grows
     ok = bool(refused) and ws.state.slots[0].growths == before.slots[0].growths + 1
-    return [("growth refused in capture", _verdict(ok), refused or "NOT refused")]
+    return [("growth refused in capture", verdict(ok), refused or "NOT refused")]
 
 
 def growth_peak() -> list[Row]:
@@ -146,7 +142,7 @@ def growth_peak() -> list[Row]:
     peak = torch.cuda.max_memory_allocated() - others
     limit = new + ws.state.alignment
     detail = f"peak {peak} B for a {old} B -> {new} B growth (limit {limit} B)"
-    return [("growth peak", _verdict(peak <= limit), detail)]
+    return [("growth peak", verdict(peak <= limit), detail)]
 
 
 CHECKS: list[Callable[[], list[Row]]] = [

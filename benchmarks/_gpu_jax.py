@@ -16,19 +16,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import torch
+from _gpu_common import Row, verdict
 from bench_handoff import aligned_views, run
 
 import interop
 from interop._jax import SHARED_DTYPES
 
-Row = tuple[str, str, str]
 ROOT = Path(__file__).resolve().parents[1]
 TRIALS = 20
 SLEEP_CYCLES = 20_000_000  # about 10 ms of GPU time: makes a late write late for sure
-
-
-def _verdict(ok: bool) -> str:
-    return "PASS" if ok else "FAIL"
 
 
 def _cuda_view(nbytes: int, dtype: torch.dtype, offset: int = 0) -> torch.Tensor:
@@ -62,7 +58,7 @@ def zero_copy_per_dtype() -> list[Row]:
     detail = f"{len(dtypes)} dtypes x offsets 0/16/256" + (
         f"; failed: {', '.join(failures)}" if failures else ""
     )
-    return [("jax zero-copy per dtype (cuda)", _verdict(not failures), detail[:200])]
+    return [("jax zero-copy per dtype (cuda)", verdict(not failures), detail[:200])]
 
 
 def side_stream_race() -> list[Row]:
@@ -88,7 +84,7 @@ def side_stream_race() -> list[Row]:
     ours = stale(lambda v: interop.to_jax(v, stream=side))
     return [
         ("jax side-stream: raw from_dlpack", "INFO", f"{raw}/{TRIALS} stale reads"),
-        ("jax side-stream: to_jax(stream=side)", _verdict(ours == 0), f"{ours}/{TRIALS} stale"),
+        ("jax side-stream: to_jax(stream=side)", verdict(ours == 0), f"{ours}/{TRIALS} stale"),
     ]
 
 
@@ -116,7 +112,7 @@ def jax_call_reuse() -> list[Row]:
     ours = wrong(interop.jax_call(slow))
     return [
         ("jax_call reuse: raw from_dlpack", "INFO", f"{raw}/{TRIALS} wrong results"),
-        ("jax_call reuse: jax_call", _verdict(ours == 0), f"{ours}/{TRIALS} wrong results"),
+        ("jax_call reuse: jax_call", verdict(ours == 0), f"{ours}/{TRIALS} wrong results"),
     ]
 
 
@@ -135,8 +131,8 @@ def to_torch_ordering() -> list[Row]:
         side.synchronize()
         side_wrong += not torch.equal(copy, expected)
     return [
-        ("to_torch ordering (current stream)", _verdict(current == 0), f"{current}/{TRIALS}"),
-        ("to_torch ordering (side stream)", _verdict(side_wrong == 0), f"{side_wrong}/{TRIALS}"),
+        ("to_torch ordering (current stream)", verdict(current == 0), f"{current}/{TRIALS}"),
+        ("to_torch ordering (side stream)", verdict(side_wrong == 0), f"{side_wrong}/{TRIALS}"),
     ]
 
 
@@ -185,7 +181,7 @@ def preallocation() -> list[Row]:
         rows.append(
             (
                 f"jax preallocation ({name})",
-                _verdict(ok),
+                verdict(ok),
                 f"warned={warned} ({caught} warnings), free {before} -> {after} GiB, "
                 f"configure after start {late}",
             )
@@ -198,12 +194,12 @@ def handoff_timings() -> list[Row]:
     rows = run("cuda", quick=False)
     out: list[Row] = []
     for name, us, ratio in rows:
-        verdict = "INFO"
+        result = "INFO"
         if name == "interop.to_jax(view)":
-            verdict = _verdict(ratio <= 0.25)
+            result = verdict(ratio <= 0.25)
         elif name == "interop.to_torch(array)":
-            verdict = _verdict(ratio <= 1.0)
-        out.append((f"handoff {name}", verdict, f"{us:.2f} µs, {ratio:.2f}x"))
+            result = verdict(ratio <= 1.0)
+        out.append((f"handoff {name}", result, f"{us:.2f} µs, {ratio:.2f}x"))
     return out
 
 

@@ -16,7 +16,8 @@ import time
 import traceback
 from collections.abc import Callable
 
-Row = tuple[str, str, str]
+from _gpu_common import Row
+
 SECTIONS = ("_gpu_facade", "_gpu_jax", "_gpu_allocators")
 
 
