@@ -1,7 +1,10 @@
-"""Error classes: one per failure kind, each a subclass of the builtin the original raises.
+"""The core's errors: one class per failure kind the core itself decides.
 
-Existing callers that wrote ``except AssertionError`` (or ``ValueError``/``RuntimeError``)
-around vLLM's ``WorkspaceManager`` keep working; new code can catch the precise class.
+Each subclasses the builtin the original raised for the same failure, so existing callers
+that wrote ``except AssertionError`` (or ``ValueError``/``RuntimeError``) around vLLM's
+``WorkspaceManager`` keep working, and new code can catch the precise class. Errors that
+only the torch shell raises (devices, allocators, the JAX handoff, the module-level API)
+live in ``interop``.
 """
 
 from __future__ import annotations
@@ -12,11 +15,21 @@ _MB = 1024 * 1024
 
 
 class WorkspaceError(Exception):
-    """Base class of every error this library raises on purpose."""
+    """Base class of every error functional-ws raises on purpose (core and shell)."""
 
 
 class InvalidSpecError(WorkspaceError, ValueError):
-    """A view request ``(shape, dtype)`` or another argument is malformed."""
+    """A view request ``(shape, dtype)``, a key or a request list is malformed."""
+
+
+class InvalidConfigError(WorkspaceError, ValueError):
+    """A workspace configuration is out of range: a count, the alignment, the growth policy
+    or the capacity limit."""
+
+
+class InvalidPlanError(WorkspaceError, ValueError):
+    """A plan (``functional_ws.from_dict`` data, or a plan file) is malformed, inconsistent
+    or made for another configuration. The message names the field (and the file)."""
 
 
 class InvalidSlotError(WorkspaceError, ValueError):
@@ -32,6 +45,31 @@ class UbatchNotConfiguredError(WorkspaceError, RuntimeError, IndexError):
 
     Also an ``IndexError``: the original indexed a list with it.
     """
+
+
+class CapacityLimitError(WorkspaceError, RuntimeError):
+    """A growth asks for more bytes than a slot can ever hold (above the capacity limit,
+    which the torch shell sets to the device's total memory).
+
+    Refused before anything is released, so the slot keeps its buffer. A ``RuntimeError``,
+    like torch's out-of-memory errors.
+
+    Attributes:
+        slot: the ``(ubatch, lane)`` that would have grown.
+        required: bytes the request needs.
+        limit: the most bytes a slot may hold.
+    """
+
+    def __init__(self, slot: tuple[int, int], required: int, limit: int):
+        super().__init__(
+            f"Workspace slot {slot} would have to grow to {required} bytes "
+            f"({required / 2**30:.2f} GiB), above the capacity limit of {limit} bytes "
+            f"({limit / 2**30:.2f} GiB, the device's total memory): the request can never "
+            "fit. Nothing was released; the slot keeps its buffer."
+        )
+        self.slot = slot
+        self.required = required
+        self.limit = limit
 
 
 class WorkspaceLockedError(WorkspaceError, AssertionError):
@@ -78,9 +116,18 @@ class PersistentKeyLockedError(WorkspaceError, AssertionError):
         self.slot = slot
 
 
-class PersistentMismatchError(WorkspaceError, ValueError):
-    """A persistent tensor was requested again with another shape or dtype."""
-
-
-class NotInitializedError(WorkspaceError, AssertionError):
-    """A module-level workspace function was called before ``init_workspace_manager``."""
+# Tracebacks print ``functional_ws.WorkspaceLockedError``: the public path, not this module's.
+for _error in (
+    WorkspaceError,
+    InvalidSpecError,
+    InvalidConfigError,
+    InvalidPlanError,
+    InvalidSlotError,
+    LaneNotConfiguredError,
+    UbatchNotConfiguredError,
+    CapacityLimitError,
+    WorkspaceLockedError,
+    PersistentKeyLockedError,
+):
+    _error.__module__ = "functional_ws"
+del _error

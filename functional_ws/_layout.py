@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Hashable
 
+import jax
+
 from ._spec import ViewSpec
 from ._state import Slot
 
@@ -48,7 +50,11 @@ class Layout:
 
     def without_growth(self) -> Layout:
         """The same layout as seen by a later call that finds the slot already grown."""
-        return dataclasses.replace(self, growth=()) if self.growth else self
+        if not self.growth:
+            return self
+        return make_layout(
+            self.slot, self.index, self.specs, self.offsets, self.total, self.alignment
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,3 +89,50 @@ class Span:
     def grow_to(self) -> int | None:
         """The slot's new capacity, or ``None`` when it does not grow."""
         return dict(self.growth).get(self.slot)
+
+    def without_growth(self) -> Span:
+        """The same span as seen by a later call that finds the slot already grown."""
+        if not self.growth:
+            return self
+        return Span(self.slot, self.index, self.spec, self.key, self.offset, self.alignment)
+
+
+_new = object.__new__
+
+
+def make_layout(
+    slot: Slot,
+    index: int,
+    specs: tuple[ViewSpec, ...],
+    offsets: tuple[int, ...],
+    total: int,
+    alignment: int,
+    growth: Growth = (),
+) -> Layout:
+    """``Layout(...)`` from fields already computed, at half the cost of the frozen
+    dataclass's ``__init__``: every request never seen before builds one. Equal and
+    hash-equal to the constructor's (a test pins it)."""
+    layout = _new(Layout)
+    layout.__dict__.update(
+        slot=slot,
+        index=index,
+        specs=specs,
+        offsets=offsets,
+        total=total,
+        alignment=alignment,
+        growth=growth,
+    )
+    return layout
+
+
+# Plans are static data, like the state: a jitted function may return them (no leaves).
+jax.tree_util.register_dataclass(
+    Layout,
+    data_fields=[],
+    meta_fields=["slot", "index", "specs", "offsets", "total", "alignment", "growth"],
+)
+jax.tree_util.register_dataclass(
+    Span,
+    data_fields=[],
+    meta_fields=["slot", "index", "spec", "key", "offset", "alignment", "growth"],
+)

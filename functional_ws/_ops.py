@@ -1,20 +1,50 @@
 """Pure transitions: each takes a :class:`WorkspaceState` and returns a new one.
 
 None of them mutates its input. A refused call raises, and since nothing was mutated the
-caller still holds the old state: "a failed call loses nothing" comes for free. When a call
-changes nothing, the very same state object is returned, so callers can memoise on identity.
+caller still holds the old state: "a failed call loses nothing" comes for free.
+
+The identity protocol the shell relies on: when a call changes nothing, the very same
+state object is returned (``new is state``), and a replayed plan that needs no growth is
+the very same plan object the caller passed (``layout is memoised``). So a shell can
+memoise plans per request and skip work on identity alone.
+
+Each rule is written once: :func:`_after_acquire` (a request drops the retained span it
+reaches into and raises the high-water mark), :func:`_after_retain` (the span at the end,
+and whether it is intact) and :func:`_grow` (who grows, and when growth is refused). The
+first-time and replayed transitions share them.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from typing import Any
 
-from ._errors import InvalidSpecError, PersistentKeyLockedError, WorkspaceLockedError
-from ._layout import Growth, Layout, Span
-from ._spec import MAX_BYTES, ViewSpec, as_spec, is_spec_like, round_down, round_up
-from ._state import GROWTH_POLICIES, GrowthPolicy, Slot, SlotState, WorkspaceState
+from ._errors import (
+    CapacityLimitError,
+    InvalidPlanError,
+    InvalidSpecError,
+    PersistentKeyLockedError,
+    WorkspaceLockedError,
+)
+from ._layout import Growth, Layout, Span, make_layout
+from ._spec import (
+    MAX_BYTES,
+    ViewSpec,
+    as_spec,
+    is_spec_like,
+    plain_nbytes,
+    quick_spec,
+)
+from ._state import (
+    GrowthPolicy,
+    Slot,
+    SlotState,
+    WorkspaceState,
+    check_config,
+    make_slot,
+    with_slots,
+)
 
 
 def initial_state(
@@ -23,6 +53,7 @@ def initial_state(
     *,
     alignment: int = 256,
     growth: GrowthPolicy = "slot",
+    max_capacity: int | None = None,
 ) -> WorkspaceState:
     """An empty, unlocked workspace with ``num_ubatches * num_lanes`` slots.
 
@@ -35,39 +66,30 @@ def initial_state(
             every ubatch slot of the requesting lane to the same size, so they stay in sync
             and a later ubatch never grows mid-step, at the price of reallocating slots
             that may still have views outstanding.
+        max_capacity: the most bytes a slot may ever hold (the torch shell passes the
+            device's total memory); a growth above it is refused. ``None``: no limit.
 
     Returns:
         The state.
 
     Raises:
-        InvalidSpecError: (``ValueError``) a count below one ("at least one"), a bad
-            alignment or an unknown policy.
+        InvalidConfigError: (``ValueError``) a count below one ("at least one") or so large
+            that the slots would not fit in memory, a bad alignment, an unknown policy or a
+            bad ``max_capacity``.
 
     Example:
         >>> s = initial_state(num_ubatches=2, num_lanes=1)
         >>> len(s.slots), s.alignment, s.growth, s.locked
         (2, 256, 'slot', False)
     """
-    for name, value in (("num_ubatches", num_ubatches), ("num_lanes", num_lanes)):
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise InvalidSpecError(f"{name} must be an int, got {value!r}.")
-        if value < 1:
-            raise InvalidSpecError(f"{name} must be at least one, got {value}.")
-    if (
-        not isinstance(alignment, int)
-        or isinstance(alignment, bool)
-        or alignment < 1
-        or alignment & (alignment - 1)
-    ):
-        raise InvalidSpecError(f"alignment must be a positive power of two, got {alignment!r}.")
-    if growth not in GROWTH_POLICIES:
-        raise InvalidSpecError(f"growth must be one of {GROWTH_POLICIES}, got {growth!r}.")
+    check_config(num_ubatches, num_lanes, alignment, growth, max_capacity)
     return WorkspaceState(
         num_ubatches=num_ubatches,
         num_lanes=num_lanes,
         alignment=alignment,
         growth=growth,
         slots=(SlotState(),) * (num_ubatches * num_lanes),
+        max_capacity=max_capacity,
     )
 
 
@@ -91,43 +113,114 @@ def unlock(state: WorkspaceState) -> WorkspaceState:
     return dataclasses.replace(state, locked=False) if state.locked else state
 
 
-def _grow(state: WorkspaceState, slots: list[SlotState], index: int, required: int) -> Growth:
-    """Grow ``slots`` in place (a private copy) so slot ``index`` holds ``required`` bytes.
+# ----- the rules, each written once -----
 
-    Applies the state's growth policy; refuses when locked. Returns the growth performed.
+
+def _with_slot(state: WorkspaceState, index: int, slot: SlotState) -> WorkspaceState:
+    slots = state.slots
+    if len(slots) == 1:
+        return with_slots(state, (slot,))
+    return with_slots(state, (*slots[:index], slot, *slots[index + 1 :]))
+
+
+def _after_acquire(current: SlotState, total: int) -> SlotState:
+    """The slot after a request for ``total`` bytes from its start (which fits).
+
+    The request drops the retained span when it reaches past the span's start, and raises
+    the high-water mark. Returns ``current`` itself when nothing changes.
     """
-    current = slots[index].capacity
-    if state.locked:
-        raise WorkspaceLockedError.for_request(state.slot_of(index), required, current)
+    retained = current.retained
+    if retained is not None and total > retained[1]:
+        retained = None
+    elif total <= current.high_water:
+        return current
+    return make_slot(
+        current.capacity,
+        max(current.high_water, total),
+        current.growths,
+        retained,
+        current.persistent_keys,
+    )
+
+
+def _after_retain(
+    current: SlotState, key: Hashable, nbytes: int, alignment: int
+) -> tuple[SlotState, int, bool]:
+    """The slot after a retain of ``nbytes`` under ``key`` (which fits), the span's start,
+    and whether the span is intact (the previous retain was the same key at the same start,
+    and nothing reached into it or reallocated the slot since)."""
+    start = (current.capacity - nbytes) & -alignment  # rounded down to the alignment
+    intact = current.retained == (key, start)
+    if intact and nbytes <= current.high_water:
+        return current, start, True
+    after = make_slot(
+        current.capacity,
+        max(current.high_water, nbytes),
+        current.growths,
+        (key, start),
+        current.persistent_keys,
+    )
+    return after, start, intact
+
+
+def _policy_targets(state: WorkspaceState, index: int) -> Iterable[int]:
+    """The slots that grow when slot ``index`` must: itself, or its lane's ubatch slots."""
     if state.growth == "slot":
-        targets: Iterable[int] = (index,)
-    else:  # "ubatches": every ubatch slot of the same lane
-        lane = index % state.num_lanes
-        targets = range(lane, len(slots), state.num_lanes)
+        return (index,)
+    return range(index % state.num_lanes, len(state.slots), state.num_lanes)
+
+
+def _grow(
+    state: WorkspaceState, slots: list[SlotState], targets: Iterable[int], required: int
+) -> Growth:
+    """Grow each of ``targets`` in ``slots`` (a private copy) to hold ``required`` bytes.
+
+    A slot that already holds that much is left alone; a grown slot gets a new buffer, so
+    nothing is retained in it. Refused when locked, or above the capacity limit.
+
+    Returns:
+        The growth performed.
+    """
     growth = []
     for i in targets:
         old = slots[i]
-        if old.capacity < required:
-            # A new buffer: nothing is retained in it yet.
-            slots[i] = dataclasses.replace(
-                old, capacity=required, growths=old.growths + 1, retained=None
-            )
-            growth.append((state.slot_of(i), required))
+        if old.capacity >= required:
+            continue
+        if state.locked:
+            raise WorkspaceLockedError.for_request(state.slot_of(i), required, old.capacity)
+        if state.max_capacity is not None and required > state.max_capacity:
+            raise CapacityLimitError(state.slot_of(i), required, state.max_capacity)
+        slots[i] = make_slot(required, old.high_water, old.growths + 1, None, old.persistent_keys)
+        growth.append((state.slot_of(i), required))
     return tuple(growth)
 
 
-def _request_bytes(specs: Sequence[ViewSpec], alignment: int) -> tuple[tuple[int, ...], int]:
-    """Offsets of back-to-back views and the total bytes they take."""
+def _lay_out(
+    requests: Sequence[Any], alignment: int, argname: str
+) -> tuple[tuple[ViewSpec, ...], tuple[int, ...], int]:
+    """Each request validated, the offsets of back-to-back views and the total bytes.
+
+    One pass: the request list is the miss path's whole input (the original's own
+    arithmetic, plus a type test per field).
+    """
+    checked = []
     offsets = []
     total = 0
-    for spec in specs:
+    for i, request in enumerate(requests):
+        spec = quick_spec(request)
+        if spec is None:
+            spec = as_spec(request, f"{argname}[{i}]")
+        checked.append(spec)
         offsets.append(total)
-        total += round_up(spec.nbytes, alignment)
+        total += (spec.nbytes + alignment - 1) & -alignment
     if total >= MAX_BYTES:
         raise InvalidSpecError(
-            f"specs: the views need {total} bytes together, which is not below 2**63."
+            f"{argname}: the views need {total} bytes together, which is not below 2**63."
         )
-    return tuple(offsets), total
+    return tuple(checked), tuple(offsets), total
+
+
+# ----- transitions -----
 
 
 def acquire(state: WorkspaceState, slot: Slot, *specs: Any) -> tuple[WorkspaceState, Layout]:
@@ -140,7 +233,8 @@ def acquire(state: WorkspaceState, slot: Slot, *specs: Any) -> tuple[WorkspaceSt
     Args:
         state: the current state.
         slot: ``(ubatch, lane)``.
-        *specs: ``(shape, dtype)`` pairs.
+        *specs: ``(shape, dtype)`` pairs; a dtype is anything with a positive integer
+            ``itemsize`` (torch, NumPy and JAX dtypes, NumPy and JAX scalar types).
 
     Returns:
         ``(new_state, layout)``; ``layout.growth`` lists the buffers to reallocate.
@@ -148,6 +242,7 @@ def acquire(state: WorkspaceState, slot: Slot, *specs: Any) -> tuple[WorkspaceSt
     Raises:
         InvalidSpecError: (``ValueError``) a malformed spec.
         WorkspaceLockedError: (``AssertionError``) locked and the slot is too small.
+        CapacityLimitError: (``RuntimeError``) the slot would grow above ``max_capacity``.
         LaneNotConfiguredError, UbatchNotConfiguredError, InvalidSlotError: a bad slot.
 
     Example:
@@ -160,32 +255,33 @@ def acquire(state: WorkspaceState, slot: Slot, *specs: Any) -> tuple[WorkspaceSt
         512
     """
     index = state.index(slot)
-    checked = tuple(as_spec(spec, f"specs[{i}]") for i, spec in enumerate(specs))
-    offsets, total = _request_bytes(checked, state.alignment)
+    checked, offsets, total = _lay_out(specs, state.alignment, "specs")
+    current = state.slots[index]
+    if total <= current.capacity:
+        layout = make_layout(slot, index, checked, offsets, total, state.alignment)
+        after = _after_acquire(current, total)
+        return (state if after is current else _with_slot(state, index, after)), layout
     slots = list(state.slots)
-    growth: Growth = ()
-    if total > slots[index].capacity:
-        growth = _grow(state, slots, index, total)
-    current = slots[index]
-    retained = current.retained
-    if retained is not None and total > retained[1]:
-        retained = None
-    if retained is not current.retained or total > current.high_water:
-        slots[index] = dataclasses.replace(
-            current, retained=retained, high_water=max(current.high_water, total)
-        )
-    layout = Layout(slot, index, checked, offsets, total, state.alignment, growth)
-    if slots == list(state.slots):
-        return state, layout
-    return dataclasses.replace(state, slots=tuple(slots)), layout
+    growth = _grow(state, slots, _policy_targets(state, index), total)
+    slots[index] = _after_acquire(slots[index], total)
+    layout = make_layout(slot, index, checked, offsets, total, state.alignment, growth)
+    return with_slots(state, tuple(slots)), layout
 
 
-def replay_acquire(state: WorkspaceState, layout: Layout) -> tuple[WorkspaceState, Layout]:
+def replay_acquire(
+    state: WorkspaceState, layout: Layout, hint: WorkspaceState | None = None
+) -> tuple[WorkspaceState, Layout]:
     """:func:`acquire` again with the specs of an earlier ``layout``, skipping validation.
 
     Equal to ``acquire(state, layout.slot, *layout.specs)`` for every state (a property
-    test pins this), but on the usual path (no growth) it costs a few comparisons: this is
-    the memoised hot path of the shell, which caches layouts per ``(slot, specs)``.
+    test pins this). Where the slot already fits the request (the usual case), it costs a
+    few comparisons and returns ``layout`` itself when ``layout`` carries no growth: the
+    memoised hot path of the shell, which caches layouts per ``(slot, request)``.
+
+    ``hint``: a state the caller holds (the result of this replay last time); when the new
+    state equals it, ``hint`` itself is returned, so a shell that caches replays by the
+    identity of their input sees states that alternate (a tail retained, then a request
+    that reaches into it) converge to two objects, and replays nothing more.
 
     Example:
         >>> import numpy as np
@@ -196,21 +292,100 @@ def replay_acquire(state: WorkspaceState, layout: Layout) -> tuple[WorkspaceStat
     """
     i = layout.index
     slots = state.slots
-    if layout.alignment != state.alignment or i >= len(slots) or layout.slot != state.slot_of(i):
+    if not _same_geometry(state, layout) or layout.total > slots[i].capacity:
         return acquire(state, layout.slot, *layout.specs)
     current = slots[i]
-    total = layout.total
-    if total > current.capacity:
-        return acquire(state, layout.slot, *layout.specs)
+    after = _after_acquire(current, layout.total)
     if layout.growth:
         layout = layout.without_growth()
-    retained = current.retained
-    if total <= current.high_water and (retained is None or total <= retained[1]):
-        return state, layout
-    if retained is not None and total > retained[1]:
-        retained = None
-    new = dataclasses.replace(current, retained=retained, high_water=max(current.high_water, total))
-    return dataclasses.replace(state, slots=(*slots[:i], new, *slots[i + 1 :])), layout
+    return _changed(state, i, current, after, hint), layout
+
+
+def fit(
+    state: WorkspaceState, slot: Slot, specs: Sequence[Any]
+) -> tuple[WorkspaceState, int, tuple[int, ...]] | None:
+    """:func:`acquire` for the usual request, in plain values, or ``None``.
+
+    The miss path of a shell: a request never seen before that fits the slot (a new
+    ``num_tokens``), made of plain values (``tuple`` shapes of ``int`` dims, dtypes with an
+    ``int`` ``itemsize``). Returns ``(new_state, index, offsets)``, the same state and
+    offsets as ``acquire(state, slot, *specs)`` (a property test pins this), without
+    building a :class:`Layout`; ``None`` when the request needs :func:`acquire` itself:
+    a growth, or a request that is not plain (a ``torch.Size``, a NumPy int, a bad value,
+    which ``acquire`` accepts or refuses with its own message).
+
+    Raises:
+        InvalidSlotError, LaneNotConfiguredError, UbatchNotConfiguredError: a bad slot.
+
+    Example:
+        >>> import numpy as np
+        >>> s, _ = acquire(initial_state(), (0, 0), ((1000,), np.dtype("uint8")))
+        >>> new, index, offsets = fit(s, (0, 0), [((10,), np.dtype("float32"))] * 2)
+        >>> index, offsets, new == acquire(s, (0, 0), *[((10,), np.dtype("float32"))] * 2)[0]
+        (0, (0, 256), True)
+    """
+    index = state.index(slot)
+    alignment = state.alignment
+    offsets = []
+    total = 0
+    for request in specs:
+        nbytes = plain_nbytes(request)
+        if nbytes is None:
+            return None
+        offsets.append(total)
+        total += (nbytes + alignment - 1) & -alignment
+    current = state.slots[index]
+    if total > current.capacity:  # (and so below 2**63)
+        return None
+    after = _after_acquire(current, total)
+    return (state if after is current else _with_slot(state, index, after)), index, tuple(offsets)
+
+
+def _changed(
+    state: WorkspaceState,
+    index: int,
+    current: SlotState,
+    after: SlotState,
+    hint: WorkspaceState | None,
+) -> WorkspaceState:
+    """``state`` with slot ``index`` (``current``) replaced by ``after``: ``state`` itself when
+    nothing changed, ``hint`` when it is that state, else a new one."""
+    if after is current:
+        return state
+    if hint is not None and _is(hint, state, index, after):
+        return hint
+    return _with_slot(state, index, after)
+
+
+def _is(hint: WorkspaceState, state: WorkspaceState, index: int, slot: SlotState) -> bool:
+    """Whether ``hint`` equals ``state`` with slot ``index`` replaced by ``slot`` (cheaply:
+    the other slots must be the very same objects, which they are when ``hint`` came from
+    ``state``'s ancestors by replays of this slot)."""
+    mine, theirs = hint.slots, state.slots
+    if len(mine) != len(theirs) or mine[index] != slot:
+        return False
+    if hint.locked is not state.locked or hint.max_capacity != state.max_capacity:
+        return False
+    for j, other in enumerate(theirs):
+        if j != index and mine[j] is not other:
+            return False
+    return (hint.num_lanes, hint.alignment, hint.growth) == (
+        state.num_lanes,
+        state.alignment,
+        state.growth,
+    )
+
+
+def _same_geometry(state: WorkspaceState, plan: Layout | Span) -> bool:
+    """Whether ``plan`` was made for a workspace laid out as ``state`` is (its slot at its
+    index, its alignment), so that replaying it needs no validation."""
+    ubatch, lane = plan.slot
+    return (
+        plan.alignment == state.alignment
+        and lane < state.num_lanes
+        and plan.index == ubatch * state.num_lanes + lane
+        and plan.index < len(state.slots)
+    )
 
 
 def _check_key(key: Hashable, argname: str) -> None:
@@ -241,6 +416,7 @@ def retain(
     Raises:
         InvalidSpecError: a malformed spec or an unhashable key.
         WorkspaceLockedError: locked and the slot is too small.
+        CapacityLimitError: the slot would grow above ``max_capacity``.
 
     Example:
         >>> import numpy as np
@@ -254,48 +430,39 @@ def retain(
     """
     index = state.index(slot)
     _check_key(key, "key")
-    checked = as_spec(spec, "spec")
+    checked = quick_spec(spec) or as_spec(spec, "spec")
     nbytes = checked.nbytes
     slots = list(state.slots)
-    growth: Growth = ()
-    if nbytes > slots[index].capacity:
-        growth = _grow(state, slots, index, nbytes)
+    growth = _grow(state, slots, _policy_targets(state, index), nbytes)
     current = slots[index]
-    start = round_down(current.capacity - nbytes, state.alignment)
-    marker = (key, start)
-    intact = current.retained == marker
-    if not intact or nbytes > current.high_water:
-        slots[index] = dataclasses.replace(
-            current, retained=marker, high_water=max(current.high_water, nbytes)
-        )
+    after, start, intact = _after_retain(current, key, nbytes, state.alignment)
     span = Span(slot, index, checked, key, start, state.alignment, growth)
-    if slots == list(state.slots):
+    if after is current and not growth:
         return state, span, intact
-    return dataclasses.replace(state, slots=tuple(slots)), span, intact
+    slots[index] = after
+    return with_slots(state, tuple(slots)), span, intact
 
 
-def replay_retain(state: WorkspaceState, span: Span) -> tuple[WorkspaceState, Span, bool]:
+def replay_retain(
+    state: WorkspaceState, span: Span, hint: WorkspaceState | None = None
+) -> tuple[WorkspaceState, Span, bool]:
     """:func:`retain` again with the key and spec of an earlier ``span``, skipping validation.
 
-    Equal to ``retain(state, span.slot, span.key, span.spec)`` for every state.
+    Equal to ``retain(state, span.slot, span.key, span.spec)`` for every state; returns
+    ``span`` itself when the slot fits it at the same offset and ``span`` carries no growth.
+    ``hint`` as for :func:`replay_acquire`.
     """
     i = span.index
-    slots = state.slots
-    if span.alignment != state.alignment or i >= len(slots) or span.slot != state.slot_of(i):
-        return retain(state, span.slot, span.key, span.spec)
-    current = slots[i]
     nbytes = span.spec.nbytes
-    if nbytes > current.capacity:
+    if not _same_geometry(state, span) or nbytes > state.slots[i].capacity:
         return retain(state, span.slot, span.key, span.spec)
-    start = round_down(current.capacity - nbytes, state.alignment)
-    if start != span.offset or span.growth:
-        span = dataclasses.replace(span, offset=start, growth=())
-    marker = (span.key, start)
-    intact = current.retained == marker
-    if intact and nbytes <= current.high_water:
-        return state, span, True
-    new = dataclasses.replace(current, retained=marker, high_water=max(current.high_water, nbytes))
-    return dataclasses.replace(state, slots=(*slots[:i], new, *slots[i + 1 :])), span, intact
+    current = state.slots[i]
+    after, start, intact = _after_retain(current, span.key, nbytes, state.alignment)
+    if start != span.offset:
+        span = Span(span.slot, i, span.spec, span.key, start, span.alignment)
+    elif span.growth:
+        span = span.without_growth()
+    return _changed(state, i, current, after, hint), span, intact
 
 
 def claim(state: WorkspaceState, slot: Slot, key: Hashable) -> tuple[WorkspaceState, bool]:
@@ -323,37 +490,11 @@ def claim(state: WorkspaceState, slot: Slot, key: Hashable) -> tuple[WorkspaceSt
     if state.locked:
         raise PersistentKeyLockedError(key, state.slot_of(index))
     new = dataclasses.replace(current, persistent_keys=current.persistent_keys | {key})
-    slots = state.slots
-    return dataclasses.replace(state, slots=(*slots[:index], new, *slots[index + 1 :])), True
+    return _with_slot(state, index, new), True
 
 
-def reserve(
-    state: WorkspaceState, requests: Iterable[Any], slots: Iterable[Slot] | None = None
-) -> WorkspaceState:
-    """Grow ``slots`` (default: all) so that every request fits without growth.
-
-    The worst-case reservation vLLM users asked for (#48179, #42275): reserve before
-    :func:`lock` and no locked call can fail for lack of space.
-
-    Args:
-        state: the current state.
-        requests: each is one ``(shape, dtype)`` pair (a single view, or a retained span)
-            or a sequence of pairs (one ``acquire`` call's views, padded as acquire pads).
-        slots: the ``(ubatch, lane)`` pairs to reserve in; ``None`` for all.
-
-    Returns:
-        The new state; compare capacities with the old one for the growth to carry out.
-
-    Raises:
-        InvalidSpecError: a malformed request.
-        WorkspaceLockedError: locked and a slot would have to grow.
-
-    Example:
-        >>> import numpy as np
-        >>> s = reserve(initial_state(num_ubatches=2), [((1024,), np.dtype("float16"))])
-        >>> [s.capacity(slot) for slot in s.all_slots()]
-        [2048, 2048]
-    """
+def _reservation_bytes(requests: Iterable[Any], alignment: int) -> int:
+    """The bytes a slot needs so that each of ``requests`` fits without growth."""
     if isinstance(requests, (str, bytes)) or not isinstance(requests, Iterable):
         raise InvalidSpecError(f"requests must be a list of requests, got {requests!r}.")
     needed = 0
@@ -361,36 +502,169 @@ def reserve(
         if is_spec_like(request):
             needed = max(needed, as_spec(request, f"requests[{i}]").nbytes)
         elif isinstance(request, (tuple, list)):
-            checked = [as_spec(s, f"requests[{i}][{j}]") for j, s in enumerate(request)]
-            needed = max(needed, _request_bytes(checked, state.alignment)[1])
+            needed = max(needed, _lay_out(request, alignment, f"requests[{i}]")[2])
         else:
             raise InvalidSpecError(
                 f"requests[{i}] must be a (shape, dtype) pair or a list of them, got {request!r}."
             )
-    chosen: Sequence[int]
+    return needed
+
+
+def _slot_indices(state: WorkspaceState, slots: Iterable[Slot] | None) -> Sequence[int]:
     if slots is None:
-        chosen = range(len(state.slots))
-    elif isinstance(slots, Iterable) and not isinstance(slots, (str, bytes)):
-        chosen = [state.index(tuple(s) if isinstance(s, list) else s) for s in slots]
-    else:
+        return range(len(state.slots))
+    if not isinstance(slots, Iterable) or isinstance(slots, (str, bytes)):
         raise InvalidSpecError(f"slots must be a list of (ubatch, lane) pairs, got {slots!r}.")
+    return [state.index(tuple(s) if isinstance(s, list) else s) for s in slots]
+
+
+def reserve(
+    state: WorkspaceState, requests: Iterable[Any], slots: Iterable[Slot] | None = None
+) -> tuple[WorkspaceState, Growth]:
+    """Grow ``slots`` (default: all) so that every request fits without growth.
+
+    The worst-case reservation vLLM users asked for (#48179, #42275): reserve before
+    :func:`lock` and no locked call can fail for lack of space. Idempotent.
+
+    Args:
+        state: the current state.
+        requests: each is one ``(shape, dtype)`` pair (a single view, or a retained span)
+            or a sequence of pairs (one ``acquire`` call's views, padded as acquire pads).
+        slots: the ``(ubatch, lane)`` pairs to reserve in; ``None`` for all. The growth
+            policy applies: under ``"ubatches"`` a slot grows with its lane's ubatch slots.
+
+    Returns:
+        ``(new_state, growth)``: the growth lists the buffers to reallocate.
+
+    Raises:
+        InvalidSpecError: a malformed request or slot list.
+        WorkspaceLockedError: locked and a slot would have to grow.
+        CapacityLimitError: a slot would grow above ``max_capacity``.
+
+    Example:
+        >>> import numpy as np
+        >>> s, growth = reserve(initial_state(num_ubatches=2), [((1024,), np.dtype("float16"))])
+        >>> [s.capacity(slot) for slot in s.all_slots()], growth
+        ([2048, 2048], (((0, 0), 2048), ((1, 0), 2048)))
+    """
+    needed = _reservation_bytes(requests, state.alignment)
+    chosen = _slot_indices(state, slots)
     new_slots = list(state.slots)
+    growth: Growth = ()
     for index in chosen:
         if new_slots[index].capacity < needed:
-            _grow(state, new_slots, index, needed)
-    if new_slots == list(state.slots):
-        return state
-    return dataclasses.replace(state, slots=tuple(new_slots))
+            growth += _grow(state, new_slots, _policy_targets(state, index), needed)
+    return (with_slots(state, tuple(new_slots)) if growth else state), growth
+
+
+def apply_plan(state: WorkspaceState, plan: WorkspaceState) -> tuple[WorkspaceState, Growth]:
+    """Reserve in every slot the capacity ``plan`` lists, and lock if the plan was locked.
+
+    Each slot grows to exactly its planned capacity (the growth policy does not spread
+    it: the plan already says what every slot needs); slots that hold more keep it.
+
+    Args:
+        state: the current state.
+        plan: a state read back with :func:`functional_ws.from_dict`, made for the same
+            number of ubatches and lanes and the same alignment.
+
+    Returns:
+        ``(new_state, growth)``.
+
+    Raises:
+        InvalidPlanError: (``ValueError``) the plan was made for another configuration.
+        WorkspaceLockedError: ``state`` is locked and a slot would have to grow.
+        CapacityLimitError: a slot would grow above ``max_capacity``.
+
+    Example:
+        >>> import numpy as np
+        >>> warm, _ = acquire(initial_state(), (0, 0), ((1000,), np.dtype("uint8")))
+        >>> fresh, growth = apply_plan(initial_state(), lock(warm))
+        >>> fresh.capacity((0, 0)), fresh.locked, growth
+        (1024, True, (((0, 0), 1024),))
+    """
+    for name in ("num_ubatches", "num_lanes", "alignment"):
+        if getattr(plan, name) != getattr(state, name):
+            raise InvalidPlanError(
+                f"the plan has {name}={getattr(plan, name)}, but this workspace has "
+                f"{name}={getattr(state, name)}."
+            )
+    new_slots = list(state.slots)
+    growth: Growth = ()
+    for index, planned in enumerate(plan.slots):
+        growth += _grow(state, new_slots, (index,), planned.capacity)
+    new = with_slots(state, tuple(new_slots)) if growth else state
+    return (lock(new) if plan.locked else new), growth
+
+
+def after_failed_growth(
+    old: WorkspaceState, new: WorkspaceState, held: Mapping[Slot, int]
+) -> WorkspaceState:
+    """The state after carrying out the growth from ``old`` to ``new`` failed part-way.
+
+    A shell releases a slot's old buffer before allocating the new one (the original's
+    order, which keeps a growth's peak at the new size). When an allocation then fails, the
+    shell tries to allocate the old capacity again and reports, per slot it touched, the
+    capacity of the buffer the slot holds now; this says what the state becomes:
+
+    * a slot that got its new buffer is grown, as planned (nothing retained in it);
+    * a slot whose old capacity was allocated again keeps that capacity, counts one more
+      allocation, and has nothing retained (its bytes are new);
+    * a slot left without a buffer (``0``) has capacity 0 and nothing retained;
+    * every slot the shell did not touch is exactly as in ``old``.
+
+    High-water marks stay as in ``old``: the failed call served nothing. The lock, the
+    persistent keys and the configuration are ``old``'s.
+
+    Args:
+        old: the state before the transition that planned the growth.
+        new: the state that transition returned.
+        held: per slot the shell touched, the capacity its buffer has now: ``new``'s,
+            ``old``'s, or 0.
+
+    Returns:
+        The state that describes the buffers as they are.
+
+    Raises:
+        ValueError: a capacity in ``held`` that is none of those three.
+
+    Example:
+        >>> import numpy as np
+        >>> s, _ = acquire(initial_state(), (0, 0), ((512,), np.dtype("uint8")))
+        >>> s, span, _ = retain(s, (0, 0), "kv", ((100,), np.dtype("uint8")))
+        >>> planned, layout = acquire(s, (0, 0), ((10**6,), np.dtype("uint8")))
+        >>> restored = after_failed_growth(s, planned, {(0, 0): 512})
+        >>> restored.capacity((0, 0)), restored.slots[0].retained, restored.slots[0].growths
+        (512, None, 2)
+    """
+    slots = list(old.slots)
+    for slot, capacity in held.items():
+        index = old.index(slot)
+        before, planned = old.slots[index], new.slots[index]
+        if capacity == planned.capacity and planned.growths > before.growths:
+            growths = planned.growths
+        elif capacity == before.capacity and capacity > 0:
+            growths = before.growths + 1
+        elif capacity == 0:
+            growths = before.growths
+        else:
+            raise ValueError(
+                f"held[{slot!r}] must be the planned capacity {planned.capacity}, the old "
+                f"capacity {before.capacity} or 0, got {capacity!r}."
+            )
+        slots[index] = make_slot(capacity, before.high_water, growths, None, before.persistent_keys)
+    return with_slots(old, tuple(slots))
 
 
 def growth_between(old: WorkspaceState, new: WorkspaceState) -> Growth:
-    """The buffers a shell must reallocate to go from ``old`` to ``new``.
+    """The buffers a shell must reallocate to go from ``old`` to ``new`` (for tests).
 
     Example:
         >>> import numpy as np
         >>> s = initial_state(num_ubatches=2)
-        >>> growth_between(s, reserve(s, [((8,), np.dtype("uint8"))], slots=[(1, 0)]))
-        (((1, 0), 8),)
+        >>> new, growth = reserve(s, [((8,), np.dtype("uint8"))], slots=[(1, 0)])
+        >>> growth_between(s, new) == growth
+        True
     """
     return tuple(
         (new.slot_of(i), b.capacity)

@@ -2,18 +2,24 @@
 
 A plan keeps the configuration and, per slot, capacity, high-water mark and growth count.
 It leaves out the retained span and the persistent keys on purpose: they describe live
-memory and live objects (keys may be any Python object), which a restart does not keep.
-So ``from_dict(to_dict(s))`` equals ``s`` with those two cleared (a test pins this).
+memory and live objects (keys may be any Python object), which a restart does not keep;
+and the capacity limit, which belongs to the device the plan is applied on. So
+``from_dict(to_dict(s))`` equals ``s`` with those cleared (a test pins this).
+
+Reading a plan checks every field before building anything: a plan that does not
+describe a workspace (a slot listed twice, a high-water mark above the capacity, a
+capacity that was never allocated) is refused with :class:`InvalidPlanError` naming the
+field.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
-from ._errors import InvalidSpecError
-from ._ops import initial_state
-from ._state import SlotState, WorkspaceState
+from ._checks import check_int
+from ._errors import InvalidPlanError
+from ._spec import MAX_BYTES
+from ._state import SlotState, WorkspaceState, check_config
 
 FORMAT = "functional-ws/plan"
 VERSION = 1
@@ -51,22 +57,23 @@ def to_dict(state: WorkspaceState) -> dict[str, Any]:
 
 def _field(data: dict[str, Any], name: str, where: str) -> Any:
     if name not in data:
-        raise InvalidSpecError(f"plan{where} has no field {name!r}.")
+        raise InvalidPlanError(f"{where} has no field {name!r}.")
     return data[name]
 
 
-def _count(data: dict[str, Any], name: str, where: str) -> int:
+def _count(data: dict[str, Any], name: str, where: str, maximum: int | None = None) -> int:
     value = _field(data, name, where)
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise InvalidSpecError(f"plan{where}[{name!r}] must be a non-negative int, got {value!r}.")
-    return value
+    return check_int(value, f"{where}[{name!r}]", maximum=maximum, error=InvalidPlanError)
 
 
 def from_dict(data: dict[str, Any]) -> WorkspaceState:
-    """The state a plan describes (no retained span, no persistent keys).
+    """The state a plan describes (no retained span, no persistent keys, no limit).
 
     Raises:
-        InvalidSpecError: (``ValueError``) naming the field that is missing or malformed.
+        InvalidPlanError: (``ValueError``) naming the field that is missing, malformed or
+            inconsistent: not a dict, another format or version, a bad configuration, a
+            slot missing, listed twice or out of range, a capacity of ``2**63`` or more,
+            a high-water mark above its capacity, a capacity with no growth that made it.
 
     Example:
         >>> from functional_ws import initial_state, lock
@@ -75,36 +82,62 @@ def from_dict(data: dict[str, Any]) -> WorkspaceState:
         True
     """
     if not isinstance(data, dict):
-        raise InvalidSpecError(f"plan must be a dict, got {type(data).__name__}.")
+        raise InvalidPlanError(f"plan must be a dict, got {type(data).__name__}.")
     if data.get("format") != FORMAT or data.get("version") != VERSION:
-        raise InvalidSpecError(
+        raise InvalidPlanError(
             f"plan must have format={FORMAT!r} and version={VERSION}, got "
             f"format={data.get('format')!r}, version={data.get('version')!r}."
         )
-    state = initial_state(
-        _field(data, "num_ubatches", ""),
-        _field(data, "num_lanes", ""),
-        alignment=_field(data, "alignment", ""),
-        growth=_field(data, "growth", ""),
-    )
-    locked = _field(data, "locked", "")
+    config = {
+        name: _field(data, name, "plan")
+        for name in ("num_ubatches", "num_lanes", "alignment", "growth")
+    }
+    check_config(**config, error=InvalidPlanError, where="plan")
+    locked = _field(data, "locked", "plan")
     if not isinstance(locked, bool):
-        raise InvalidSpecError(f"plan['locked'] must be a bool, got {locked!r}.")
-    entries = _field(data, "slots", "")
-    if not isinstance(entries, list) or len(entries) != len(state.slots):
-        raise InvalidSpecError(
-            f"plan['slots'] must list {len(state.slots)} slots, got {entries!r}."
+        raise InvalidPlanError(f"plan['locked'] must be a bool, got {locked!r}.")
+    num_ubatches, num_lanes = config["num_ubatches"], config["num_lanes"]
+    count = num_ubatches * num_lanes
+    entries = _field(data, "slots", "plan")
+    if not isinstance(entries, list) or len(entries) != count:
+        shown = entries if not isinstance(entries, list) else f"a list of {len(entries)}"
+        raise InvalidPlanError(
+            f"plan['slots'] must list {count} slots ({num_ubatches} ubatches x {num_lanes} "
+            f"lanes), got {shown!r}."
         )
-    slots = list(state.slots)
+    slots: list[SlotState | None] = [None] * count
     for i, entry in enumerate(entries):
-        where = f"['slots'][{i}]"
+        where = f"plan['slots'][{i}]"
         if not isinstance(entry, dict):
-            raise InvalidSpecError(f"plan{where} must be a dict, got {entry!r}.")
-        slot = (_field(entry, "ubatch", where), _field(entry, "lane", where))
-        index = state.index(slot)
-        slots[index] = SlotState(
-            capacity=_count(entry, "capacity", where),
-            high_water=_count(entry, "high_water", where),
-            growths=_count(entry, "growths", where),
+            raise InvalidPlanError(f"{where} must be a dict, got {entry!r}.")
+        ubatch = _count(entry, "ubatch", where, maximum=num_ubatches - 1)
+        lane = _count(entry, "lane", where, maximum=num_lanes - 1)
+        index = ubatch * num_lanes + lane
+        if slots[index] is not None:
+            raise InvalidPlanError(f"{where} lists slot {(ubatch, lane)} a second time.")
+        slots[index] = _slot_state(entry, where)
+    return WorkspaceState(
+        num_ubatches=num_ubatches,
+        num_lanes=num_lanes,
+        alignment=config["alignment"],
+        growth=config["growth"],
+        locked=locked,
+        slots=tuple(s for s in slots if s is not None),
+    )
+
+
+def _slot_state(entry: dict[str, Any], where: str) -> SlotState:
+    capacity = _count(entry, "capacity", where, maximum=MAX_BYTES - 1)
+    high_water = _count(entry, "high_water", where, maximum=MAX_BYTES - 1)
+    growths = _count(entry, "growths", where)
+    if high_water > capacity:
+        raise InvalidPlanError(
+            f"{where}['high_water'] = {high_water} is above {where}['capacity'] = {capacity}: "
+            "no request can have needed more than the slot held."
         )
-    return dataclasses.replace(state, locked=locked, slots=tuple(slots))
+    if capacity > 0 and growths == 0:
+        raise InvalidPlanError(
+            f"{where} has capacity {capacity} but growths 0: a slot holds bytes only after "
+            "a growth allocated them."
+        )
+    return SlotState(capacity=capacity, high_water=high_water, growths=growths)

@@ -11,8 +11,10 @@ import numbers
 from collections.abc import Hashable
 from typing import Any
 
+import jax
 import numpy as np
 
+from ._checks import is_int
 from ._errors import InvalidSpecError
 
 #: Byte counts at or above this are refused (they cannot index memory).
@@ -31,13 +33,26 @@ def round_down(n: int, alignment: int) -> int:
 
 @dataclasses.dataclass(frozen=True)
 class ViewSpec:
-    """One validated view request.
+    """One validated view request; its fields always agree with each other.
+
+    Construction checks that ``shape`` is a tuple of non-negative ints, that ``itemsize``
+    is ``dtype``'s and that ``nbytes`` is ``prod(shape) * itemsize`` (below ``2**63``), so
+    a hand-made spec cannot claim fewer bytes than its view covers.
 
     Attributes:
         shape: the view's shape, a tuple of Python ints.
         dtype: the dtype object exactly as the caller gave it (the shell builds views with it).
         itemsize: bytes per element.
         nbytes: ``prod(shape) * itemsize``.
+
+    Example:
+        >>> import numpy as np
+        >>> ViewSpec((2, 3), np.dtype("float32"), 4, 24).nbytes
+        24
+        >>> ViewSpec((2**40,), np.dtype("uint8"), 1, 16)
+        Traceback (most recent call last):
+        ...
+        functional_ws.InvalidSpecError: ViewSpec: nbytes=16 does not match shape=(109... ...
     """
 
     shape: tuple[int, ...]
@@ -45,14 +60,55 @@ class ViewSpec:
     itemsize: int
     nbytes: int
 
+    def __post_init__(self) -> None:
+        checked = make_spec(self.shape, self.dtype, "ViewSpec")
+        if self.itemsize != checked.itemsize or not is_int(self.itemsize):
+            raise InvalidSpecError(
+                f"ViewSpec: itemsize={self.itemsize!r} does not match dtype {self.dtype!r} "
+                f"(itemsize {checked.itemsize})."
+            )
+        if self.nbytes != checked.nbytes or not is_int(self.nbytes):
+            raise InvalidSpecError(
+                f"ViewSpec: nbytes={self.nbytes!r} does not match shape={checked.shape!r} and "
+                f"itemsize {checked.itemsize} ({checked.nbytes} bytes)."
+            )
+        if type(self.shape) is not tuple:
+            object.__setattr__(self, "shape", checked.shape)
+
+    @classmethod
+    def of(cls, shape: Any, dtype: Any, argname: str = "spec") -> ViewSpec:
+        """The validated spec of one ``(shape, dtype)`` request (what ``acquire`` builds).
+
+        Raises:
+            InvalidSpecError: naming ``argname``, as :func:`make_spec`.
+
+        Example:
+            >>> import numpy as np
+            >>> ViewSpec.of((2, 3), np.dtype("int16")).nbytes
+            12
+        """
+        return make_spec(shape, dtype, argname)
+
+
+def _checked_spec(shape: tuple[int, ...], dtype: Any, itemsize: int, nbytes: int) -> ViewSpec:
+    """A :class:`ViewSpec` from fields this module has just validated (skips re-checking)."""
+    spec = object.__new__(ViewSpec)
+    spec.__dict__.update(shape=shape, dtype=dtype, itemsize=itemsize, nbytes=nbytes)
+    return spec
+
+
+jax.tree_util.register_dataclass(
+    ViewSpec, data_fields=[], meta_fields=["shape", "dtype", "itemsize", "nbytes"]
+)
+
 
 def itemsize_of(dtype: Any, argname: str = "dtype") -> int:
     """Bytes per element of ``dtype``, or :class:`InvalidSpecError` naming ``argname``."""
     size = getattr(dtype, "itemsize", None)
-    if not _is_int(size):
+    if not _is_integer(size):
         inner = getattr(dtype, "dtype", None)  # JAX scalar types: jnp.float32.dtype
         size = getattr(inner, "itemsize", None)
-    if not _is_int(size) and isinstance(dtype, type):
+    if not _is_integer(size) and isinstance(dtype, type):
         try:  # NumPy scalar types such as np.float32
             size = np.dtype(dtype).itemsize
         except TypeError:
@@ -60,27 +116,25 @@ def itemsize_of(dtype: Any, argname: str = "dtype") -> int:
     if not isinstance(size, (int, np.integer)) or isinstance(size, bool) or size <= 0:
         raise InvalidSpecError(
             f"{argname} must be a dtype with a positive integer itemsize (a torch, NumPy or "
-            f"JAX dtype), got {dtype!r}."
+            f"JAX dtype such as torch.float32 or np.float32), got {dtype!r}."
         )
     return int(size)
 
 
-def _is_int(x: object) -> bool:
+def _is_integer(x: object) -> bool:
     return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
 
 
 def normalize_shape(shape: Any, argname: str = "shape") -> tuple[int, ...]:
     """``shape`` as a tuple of non-negative Python ints, or :class:`InvalidSpecError`."""
     if not isinstance(shape, tuple):
+        hint = f" Write ({shape!r},) for a 1-D view." if isinstance(shape, numbers.Number) else ""
         raise InvalidSpecError(
             f"{argname} must be a tuple of non-negative ints, got {type(shape).__name__} "
-            f"{shape!r}. Write ({shape!r},) for a 1-D view."
-            if isinstance(shape, numbers.Number)
-            else f"{argname} must be a tuple of non-negative ints, got "
-            f"{type(shape).__name__} {shape!r}."
+            f"{shape!r}.{hint}"
         )
     for i, dim in enumerate(shape):
-        if not _is_int(dim) or dim < 0:
+        if not _is_integer(dim) or dim < 0:
             raise InvalidSpecError(
                 f"{argname}[{i}] must be a non-negative int, got {dim!r} in {argname}={shape!r}."
             )
@@ -89,6 +143,10 @@ def normalize_shape(shape: Any, argname: str = "shape") -> tuple[int, ...]:
 
 def make_spec(shape: Any, dtype: Any, argname: str = "spec") -> ViewSpec:
     """Validate one request and compute its byte count.
+
+    The usual request (a plain tuple of plain ints, a dtype with an int ``itemsize``) takes
+    a short path that does the original's arithmetic and no more; anything else is checked
+    field by field, and the error names the argument and its value.
 
     Args:
         shape: a tuple of non-negative ints (``torch.Size`` qualifies).
@@ -107,6 +165,9 @@ def make_spec(shape: Any, dtype: Any, argname: str = "spec") -> ViewSpec:
         >>> make_spec((2, 3), np.dtype("float32")).nbytes
         24
     """
+    spec = quick_spec((shape, dtype))
+    if spec is not None:
+        return spec
     dims = normalize_shape(shape, f"{argname} shape")
     itemsize = itemsize_of(dtype, f"{argname} dtype")
     nbytes = itemsize
@@ -117,13 +178,45 @@ def make_spec(shape: Any, dtype: Any, argname: str = "spec") -> ViewSpec:
             f"{argname}: shape={dims!r} with itemsize {itemsize} needs {nbytes} bytes, "
             f"which is not below 2**63."
         )
-    return ViewSpec(dims, dtype, itemsize, nbytes)
+    return _checked_spec(dims, dtype, itemsize, nbytes)
+
+
+def plain_nbytes(request: Any) -> int | None:
+    """The bytes of a plain request (a ``tuple`` of a ``tuple`` of ``int`` dims and a dtype
+    with an ``int`` ``itemsize``), or ``None`` when :func:`as_spec` must look closer.
+
+    The cheap check every usual request passes: the original's own arithmetic, plus a type
+    test per field. Whatever it accepts, :func:`as_spec` accepts with the same byte count
+    (a property test pins this).
+    """
+    if type(request) is not tuple or len(request) != 2:
+        return None
+    shape, dtype = request
+    nbytes = getattr(dtype, "itemsize", None)
+    if type(shape) is not tuple or type(nbytes) is not int or nbytes <= 0:
+        return None
+    for dim in shape:
+        if type(dim) is not int or dim < 0:
+            return None
+        nbytes *= dim
+    return nbytes if nbytes < MAX_BYTES else None
+
+
+def quick_spec(request: Any) -> ViewSpec | None:
+    """The spec of a plain request (see :func:`plain_nbytes`), or ``None``."""
+    nbytes = plain_nbytes(request)
+    if nbytes is None:
+        return None
+    shape, dtype = request
+    return _checked_spec(shape, dtype, dtype.itemsize, nbytes)
 
 
 def as_spec(request: Any, argname: str = "spec") -> ViewSpec:
     """Validate a ``(shape, dtype)`` pair (or pass a :class:`ViewSpec` through)."""
+    if type(request) is tuple and len(request) == 2:
+        return make_spec(request[0], request[1], argname)
     if isinstance(request, ViewSpec):
-        return request
+        return request  # consistent by construction
     if not isinstance(request, (tuple, list)) or len(request) != 2:
         raise InvalidSpecError(f"{argname} must be a (shape, dtype) pair, got {request!r}.")
     return make_spec(request[0], request[1], argname)

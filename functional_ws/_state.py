@@ -1,27 +1,48 @@
-"""The workspace's whole state: two frozen dataclasses registered as JAX pytrees.
+"""The workspace's whole state: two frozen dataclasses, registered as pytrees with no leaves.
 
-Field decisions (see STYLE.md, "Immutable state done well"):
+This module is the floor of the package: it imports only the errors and the integer check,
+and every other module builds on it.
 
-* Numbers a user may want to map over or plot are pytree *leaves*: per slot ``capacity``,
-  ``high_water`` and ``growths``.
-* Everything that fixes the structure or is an arbitrary hashable is *static* metadata:
-  ``num_ubatches``, ``num_lanes``, ``alignment``, ``growth``, ``locked`` and per slot the
-  ``retained`` span and the ``persistent_keys``. Keys are arbitrary Python objects, so they
-  can never be array leaves; the lock flag and policy are configuration, not data.
+What the pytree is for. Workspace planning is decided at trace time, like shapes: a
+capacity, an offset, a lock flag or a persistent key is never an array a computation
+reads. So every field is static metadata (as equinox marks ints ``field(static=True)``)
+and a state is a pytree with no leaves. ``jax.jit`` then treats a state argument as part of
+its cache key: a jitted function can take a state, call ``acquire``/``retain``/``lock``
+at trace time and return the new state; equal states hit jit's cache; and a 3 GiB
+capacity stays a Python int, where an int leaf would become an int32 tracer that
+overflows with x64 off (and an ``if`` on it would raise ``TracerBoolConversionError``).
 
-No validation runs in ``__init__``: JAX rebuilds pytrees with placeholder leaves, so the
-constructors stay plain. :func:`functional_ws.initial_state` and ``from_dict`` validate.
+    >>> import jax, numpy as np
+    >>> import functional_ws as fws
+    >>> @jax.jit
+    ... def plan(state):
+    ...     state, layout = fws.acquire(state, (0, 0), ((3 * 2**30,), np.dtype("uint8")))
+    ...     return state
+    >>> plan(fws.initial_state()).capacity((0, 0))  # 3 GiB, x64 off
+    3221225472
+    >>> jax.tree_util.tree_leaves(fws.initial_state())
+    []
+
+No validation runs in ``__init__``: :func:`functional_ws.initial_state` and
+:func:`functional_ws.from_dict` validate, and every transition returns states it built
+from valid ones.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Hashable
-from typing import Any, Literal
+from collections.abc import Callable, Hashable
+from typing import Literal
 
 import jax
 
-from ._errors import InvalidSlotError, LaneNotConfiguredError, UbatchNotConfiguredError
+from ._checks import check_int
+from ._errors import (
+    InvalidConfigError,
+    InvalidSlotError,
+    LaneNotConfiguredError,
+    UbatchNotConfiguredError,
+)
 
 #: A slot is an ``(ubatch, lane)`` pair.
 Slot = tuple[int, int]
@@ -29,6 +50,8 @@ Slot = tuple[int, int]
 #: ``"ubatches"`` grows every ubatch slot of the requesting lane to the same size.
 GrowthPolicy = Literal["slot", "ubatches"]
 GROWTH_POLICIES: tuple[str, ...] = ("slot", "ubatches")
+#: At most this many ``(ubatch, lane)`` slots (vLLM uses two ubatches and a few lanes).
+MAX_SLOTS = 2**16
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,11 +59,11 @@ class SlotState:
     """What the planner knows about one ``(ubatch, lane)`` slot.
 
     Attributes:
-        capacity: bytes of the slot's buffer (0 before its first growth).
+        capacity: bytes of the slot's buffer (0 while it has none).
         high_water: the largest number of bytes any request in this slot asked for.
         growths: how many times the slot's buffer was (re)allocated.
-        retained: ``(key, start)`` of the span the last :func:`retain` handed out, or
-            ``None`` once a request reached into it or the slot was reallocated.
+        retained: ``(key, start)`` of the span the last retain handed out, or ``None`` once
+            a request reached into it or the slot was reallocated.
         persistent_keys: the persistent keys claimed in this slot.
     """
 
@@ -59,6 +82,17 @@ class WorkspaceState:
     Slots are stored ubatch-major, as the original indexed its buffers:
     ``slots[ubatch * num_lanes + lane]``.
 
+    Attributes:
+        num_ubatches: ubatch slots.
+        num_lanes: lanes per ubatch.
+        alignment: byte alignment of every view offset.
+        growth: the growth policy (``"slot"`` or ``"ubatches"``).
+        locked: whether growth and new persistent keys are refused.
+        slots: one :class:`SlotState` per ``(ubatch, lane)``.
+        max_capacity: the most bytes one slot may hold (the shell passes the device's total
+            memory), or ``None`` for no limit. A growth above it can never succeed and is
+            refused before anything is released.
+
     Example:
         >>> from functional_ws import initial_state
         >>> s = initial_state(num_ubatches=2)
@@ -74,6 +108,7 @@ class WorkspaceState:
     growth: GrowthPolicy = "slot"
     locked: bool = False
     slots: tuple[SlotState, ...] = ()
+    max_capacity: int | None = None
 
     def index(self, slot: Slot) -> int:
         """Position of ``slot`` in :attr:`slots`, validating it.
@@ -84,24 +119,37 @@ class WorkspaceState:
             LaneNotConfiguredError: (``RuntimeError``) ``lane >= num_lanes``.
             UbatchNotConfiguredError: (``RuntimeError``) ``ubatch >= num_ubatches``.
         """
+        if type(slot) is tuple and len(slot) == 2:
+            ubatch, lane = slot
+            if (
+                type(ubatch) is int
+                and type(lane) is int
+                and 0 <= lane < self.num_lanes
+                and 0 <= ubatch < self.num_ubatches
+            ):
+                return ubatch * self.num_lanes + lane
+        return self._explain_index(slot)
+
+    def _explain_index(self, slot: object) -> int:
         if not isinstance(slot, tuple) or len(slot) != 2:
             raise InvalidSlotError(f"slot must be an (ubatch, lane) pair, got {slot!r}.")
         ubatch, lane = slot
-        for name, value in (("ubatch", ubatch), ("lane", lane)):
-            if not isinstance(value, int) or isinstance(value, bool):
-                raise InvalidSlotError(f"Workspace {name} must be an int, got {value!r}.")
-            if value < 0:
-                raise InvalidSlotError(f"Workspace {name} must be non-negative, got {value}.")
+        check_int(ubatch, "Workspace ubatch", error=InvalidSlotError)
+        check_int(lane, "Workspace lane", error=InvalidSlotError)
         if lane >= self.num_lanes:
             raise LaneNotConfiguredError(
-                f"Workspace lane {lane} is not configured; manager has {self.num_lanes} lane(s)."
+                f"Workspace lane {lane} is not configured; manager has {self.num_lanes} "
+                f"lane(s). Ask for more lanes when you build it: num_lanes={lane + 1} "
+                "(WorkspaceManager(..., num_lanes=...), init_workspace_manager(..., "
+                "num_lanes=...) or initial_state(num_lanes=...))."
             )
         if ubatch >= self.num_ubatches:
             raise UbatchNotConfiguredError(
                 f"Workspace ubatch {ubatch} is not configured; manager has "
-                f"{self.num_ubatches} ubatch slot(s)."
+                f"{self.num_ubatches} ubatch slot(s). Ask for more when you build it: "
+                f"num_ubatches={ubatch + 1}."
             )
-        return ubatch * self.num_lanes + lane
+        return int(ubatch) * self.num_lanes + int(lane)
 
     def slot_of(self, index: int) -> Slot:
         """The ``(ubatch, lane)`` stored at ``slots[index]``."""
@@ -112,40 +160,125 @@ class WorkspaceState:
         return tuple(self.slot_of(i) for i in range(len(self.slots)))
 
     def capacity(self, slot: Slot) -> int:
-        """Bytes the buffer of ``slot`` holds (0 before its first growth)."""
+        """Bytes the buffer of ``slot`` holds (0 while it has none)."""
         return self.slots[self.index(slot)].capacity
 
-    def to_dict(self) -> dict[str, Any]:
-        """This state's plan as JSON-able data (see :func:`functional_ws.to_dict`)."""
-        from ._plan import to_dict
-
-        return to_dict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> WorkspaceState:
-        """The state a plan describes (see :func:`functional_ws.from_dict`)."""
-        from ._plan import from_dict
-
-        return from_dict(data)
+    def __str__(self) -> str:
+        return _PRESENTERS["text"](self) if "text" in _PRESENTERS else repr(self)
 
     def _repr_html_(self) -> str:
-        from ._html import render_html
+        if "html" in _PRESENTERS:
+            return _PRESENTERS["html"](self)
+        from html import escape  # the standard library's, not a module of this package
 
-        return render_html(self)
+        return f"<pre>{escape(str(self))}</pre>"
 
-    def __str__(self) -> str:
-        from ._render import render
 
-        return render(self)
+_new = object.__new__
+
+
+def make_slot(
+    capacity: int,
+    high_water: int,
+    growths: int,
+    retained: tuple[Hashable, int] | None,
+    persistent_keys: frozenset[Hashable],
+) -> SlotState:
+    """``SlotState(...)`` from fields already valid, at half the cost of the frozen
+    dataclass's ``__init__`` (one ``object.__setattr__`` per field): the transitions build
+    one on every state change. Equal and hash-equal to the constructor's (a test pins it)."""
+    slot = _new(SlotState)
+    slot.__dict__.update(
+        capacity=capacity,
+        high_water=high_water,
+        growths=growths,
+        retained=retained,
+        persistent_keys=persistent_keys,
+    )
+    return slot
+
+
+def with_slots(state: WorkspaceState, slots: tuple[SlotState, ...]) -> WorkspaceState:
+    """``state`` with ``slots`` in place of its own, built as :func:`make_slot` builds."""
+    new = _new(WorkspaceState)
+    fields = new.__dict__
+    fields.update(state.__dict__)
+    fields["slots"] = slots
+    return new
+
+
+#: How a state presents itself (``"text"`` for ``str``, ``"html"`` for Jupyter). This
+#: module is the floor and imports nothing above it; ``functional_ws.display`` installs
+#: its renderers here when it is imported (``import functional_ws`` always imports it).
+_PRESENTERS: dict[str, Callable[[WorkspaceState], str]] = {}
+
+
+def install_presenter(
+    kind: Literal["text", "html"], render: Callable[[WorkspaceState], str]
+) -> None:
+    """Make ``str(state)`` (``kind="text"``) or a notebook's display (``"html"``) use ``render``."""
+    _PRESENTERS[kind] = render
+
+
+def check_config(
+    num_ubatches: object,
+    num_lanes: object,
+    alignment: object,
+    growth: object,
+    max_capacity: object = None,
+    *,
+    error: type[Exception] = InvalidConfigError,
+    where: str = "",
+) -> None:
+    """Refuse a configuration no workspace can have, naming the field and its value.
+
+    Args:
+        num_ubatches, num_lanes: counts of at least one, at most :data:`MAX_SLOTS` slots.
+        alignment: a positive power of two.
+        growth: one of :data:`GROWTH_POLICIES`.
+        max_capacity: ``None`` or a positive int.
+        error: the exception class (plans raise ``InvalidPlanError``).
+        where: a prefix for field names (``"plan"`` makes them ``plan['num_lanes']``).
+
+    Raises:
+        ``error``: naming the field and its value.
+    """
+
+    def name(field: str) -> str:
+        return f"{where}[{field!r}]" if where else field
+
+    ubatches = check_int(num_ubatches, name("num_ubatches"), minimum=1, error=error)
+    lanes = check_int(num_lanes, name("num_lanes"), minimum=1, error=error)
+    if ubatches * lanes > MAX_SLOTS:
+        raise error(
+            f"{name('num_ubatches')} x {name('num_lanes')} = {ubatches} x {lanes} slots is "
+            f"more than the {MAX_SLOTS} a workspace may have."
+        )
+    check_int(alignment, name("alignment"), minimum=1, maximum=2**30, error=error)
+    assert isinstance(alignment, int)
+    if alignment & (alignment - 1):
+        raise error(f"{name('alignment')} must be a positive power of two, got {alignment!r}.")
+    if growth not in GROWTH_POLICIES:
+        raise error(f"{name('growth')} must be one of {GROWTH_POLICIES}, got {growth!r}.")
+    if max_capacity is not None:
+        check_int(max_capacity, name("max_capacity"), minimum=1, error=error)
 
 
 jax.tree_util.register_dataclass(
     SlotState,
-    data_fields=["capacity", "high_water", "growths"],
-    meta_fields=["retained", "persistent_keys"],
+    data_fields=[],
+    meta_fields=["capacity", "high_water", "growths", "retained", "persistent_keys"],
 )
 jax.tree_util.register_dataclass(
     WorkspaceState,
-    data_fields=["slots"],
-    meta_fields=["num_ubatches", "num_lanes", "alignment", "growth", "locked"],
+    data_fields=[],
+    meta_fields=[
+        "num_ubatches",
+        "num_lanes",
+        "alignment",
+        "growth",
+        "locked",
+        "slots",
+        "max_capacity",
+    ],
 )

@@ -8,6 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import functional_ws as fws
+from functional_ws.replay import replay_acquire, replay_retain
 from functional_ws.testing import spec_lists
 
 U8, I8, F16, F32 = (np.dtype(n) for n in ("uint8", "int8", "float16", "float32"))
@@ -114,15 +115,17 @@ def test_claim_persistent_keys():
 def test_reserve_worst_case_then_lock():
     s = fws.initial_state(num_ubatches=2, num_lanes=2)
     requests = [(((1024,), F16), ((3,), I8)), ((5000,), U8)]
-    r = fws.reserve(s, requests)
+    r, growth = fws.reserve(s, requests)
     assert {r.capacity(x) for x in r.all_slots()} == {5000}
-    assert fws.growth_between(s, r) == tuple((x, 5000) for x in s.all_slots())
+    assert growth == tuple((x, 5000) for x in s.all_slots())
     locked = fws.lock(r)
     for slot in locked.all_slots():
         assert fws.acquire(locked, slot, ((1024,), F16), ((3,), I8))[1].growth == ()
-    only = fws.reserve(s, requests, slots=[(1, 0)])
+    only, growth = fws.reserve(s, requests, slots=[(1, 0)])
     assert [only.capacity(x) for x in only.all_slots()] == [0, 0, 5000, 0]
-    assert fws.reserve(r, requests) is r
+    assert growth == (((1, 0), 5000),)
+    assert fws.reserve(r, requests) == (r, ())
+    assert fws.reserve(r, requests)[0] is r
     with pytest.raises(fws.WorkspaceLockedError):
         fws.reserve(fws.lock(s), requests)
 
@@ -176,7 +179,7 @@ def _outcome(fn, *args):
 @given(reachable_states(), reachable_states(), spec_lists(max_size=3), st.integers(0, 1))
 def test_replay_acquire_equals_acquire(first, later, specs, ubatch):
     _, layout = _outcome(fws.acquire, fws.unlock(first), (ubatch, 0), *specs)
-    assert _outcome(fws.replay_acquire, later, layout) == _outcome(
+    assert _outcome(replay_acquire, later, layout) == _outcome(
         fws.acquire, later, (ubatch, 0), *specs
     )
 
@@ -184,6 +187,26 @@ def test_replay_acquire_equals_acquire(first, later, specs, ubatch):
 @given(reachable_states(), reachable_states(), spec_lists(max_size=1), st.sampled_from("ab"))
 def test_replay_retain_equals_retain(first, later, specs, key):
     _, span, _ = fws.retain(fws.unlock(first), (0, 0), key, specs[0])
-    assert _outcome(fws.replay_retain, later, span) == _outcome(
+    assert _outcome(replay_retain, later, span) == _outcome(
         fws.retain, later, (0, 0), key, specs[0]
     )
+
+
+@given(reachable_states(), reachable_states(), spec_lists(max_size=3), st.integers(0, 1))
+def test_a_replay_hint_changes_identity_never_value(first, later, specs, ubatch):
+    _, layout = _outcome(fws.acquire, fws.unlock(first), (ubatch, 0), *specs)
+    plain = _outcome(replay_acquire, later, layout)
+    assert _outcome(replay_acquire, later, layout, first) == plain  # an unrelated hint
+    if plain[0] != "refused" and plain[0] is not later and not plain[1].growth:
+        again = replay_acquire(later, layout, plain[0])  # the result itself as the hint
+        assert again[0] is plain[0] and again == plain
+
+
+@given(reachable_states(), reachable_states(), spec_lists(max_size=1), st.sampled_from("ab"))
+def test_a_retain_hint_changes_identity_never_value(first, later, specs, key):
+    _, span, _ = fws.retain(fws.unlock(first), (0, 0), key, specs[0])
+    plain = _outcome(replay_retain, later, span)
+    assert _outcome(replay_retain, later, span, first) == plain
+    if plain[0] != "refused" and plain[0] is not later and not plain[1].growth:
+        again = replay_retain(later, span, plain[0])
+        assert again[0] is plain[0] and again == plain

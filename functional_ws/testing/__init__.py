@@ -1,12 +1,26 @@
-"""The invariant kit: Hypothesis strategies and a model-based state machine.
+"""The invariant kit: Hypothesis strategies and a model-based state machine for the core.
 
-Like ``hypothesis.extra.numpy`` or ``zarr.testing``: use it to check this library, your own
-wrapper around it, or (subclassing the ``do_*`` hooks) any workspace with the same rules.
+Like ``hypothesis.extra.numpy`` or ``zarr.testing``: use it to check this library's pure
+transitions or your own functions in their place (``Transitions(acquire=my_acquire)``).
+Managers with real memory are checked by :mod:`interop.testing`. Needs Hypothesis
+(``pip install 'functional-ws[testing]'``).
 
 Example:
+    >>> from hypothesis.stateful import run_state_machine_as_test
     >>> from functional_ws.testing import WorkspaceMachine
-    >>> TestWorkspace = WorkspaceMachine.TestCase  # collect this in a test module
+    >>> TestWorkspace = WorkspaceMachine.TestCase  # collect this in a test module, or:
+    >>> def test_ubatches():
+    ...     run_state_machine_as_test(lambda: WorkspaceMachine(growth="ubatches"))
 """
+
+try:
+    import hypothesis  # noqa: F401  (the kit is built on it; an optional dependency)
+except ImportError as err:
+    raise ImportError(
+        "functional_ws.testing needs Hypothesis, which is not installed: "
+        "pip install 'functional-ws[testing]'",
+        name="hypothesis",
+    ) from err
 
 from ._model import WorkspaceModel as WorkspaceModel
 from ._stateful import Transitions as Transitions

@@ -14,9 +14,15 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Hashable
 
-from .._spec import round_down, round_up
-
 FRESH = 0x00
+
+
+def _round_up(n: int, alignment: int) -> int:
+    return -(-n // alignment) * alignment
+
+
+def _round_down(n: int, alignment: int) -> int:
+    return n // alignment * alignment
 
 
 @dataclasses.dataclass
@@ -73,7 +79,7 @@ class WorkspaceModel:
         offsets, total = [], 0
         for n in nbytes:
             offsets.append(total)
-            total += round_up(n, self.alignment)
+            total += _round_up(n, self.alignment)
         return offsets, total
 
     def growth_targets(self, index: int, required: int) -> list[int]:
@@ -112,7 +118,7 @@ class WorkspaceModel:
         return not record.reached
 
     def retained_start(self, index: int, nbytes: int) -> int:
-        return round_down(self.slots[index].capacity - nbytes, self.alignment)
+        return _round_down(self.slots[index].capacity - nbytes, self.alignment)
 
     def next_pattern(self, nbytes: int) -> bytes:
         """A fresh pattern of ``nbytes`` bytes in ``0x01..0x7f``, different from the last one."""

@@ -1,22 +1,26 @@
-"""A model-based Hypothesis state machine for workspaces.
+"""A model-based Hypothesis state machine for the pure core's transitions.
 
-:class:`WorkspaceMachine` drives a system through random ``acquire``/``retain``/``claim``/
-``reserve``/``lock``/``unlock`` calls (and some bad ones), applies each to a trivially
-correct model (:mod:`._model`, a ``bytearray`` per slot) and checks after every step:
+:class:`WorkspaceMachine` calls :mod:`functional_ws`'s transitions at random (``acquire``,
+``retain``, ``claim``, ``reserve``, ``lock``, ``unlock``, and some bad calls), applies each
+to a trivially correct model (:mod:`._model`, a ``bytearray`` per slot) and checks after
+every step:
 
 * offsets are multiples of the alignment, back to back as the original lays them out,
   pairwise disjoint and inside the capacity; a retained span that survives an acquire lies
   after its views;
 * ``intact`` is reported exactly when the span's modelled bytes are unchanged (a pattern is
   written on every retain and every acquired view is scribbled over);
-* capacities grow to exactly the bytes needed and never shrink; locked means no growth and
-  no new persistent keys;
-* refused calls raise the documented type and leave the state equal to before.
+* capacities grow to exactly the bytes needed and never shrink, and each call's growth
+  names exactly the slots that grew; locked means no growth and no new persistent keys;
+* refused calls raise the documented type;
+* every call is pure: its input state is unchanged (and hashes the same) afterwards, and
+  an equal input gives an equal output.
 
-By default the system under test is the pure core (through :attr:`transitions`, so a test
-can plug in a deliberately broken function), and every call is also checked for purity:
-the input is unchanged and an equal input gives an equal output. A shell overrides the
-``do_*`` hooks to run the same rules against real memory.
+The machine is configured through its constructor, so a test runs it as
+``run_state_machine_as_test(lambda: WorkspaceMachine(growth="ubatches"))``; pass
+``transitions=`` to check a function of your own in place of one of the core's. The shells
+are checked by their own machine: :mod:`interop.testing` drives a real manager with real
+bytes.
 """
 
 from __future__ import annotations
@@ -24,11 +28,11 @@ from __future__ import annotations
 import dataclasses
 import itertools
 from collections.abc import Callable, Hashable, Sequence
-from typing import Any, ClassVar
+from typing import Any
 
 from hypothesis import note
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from .. import _ops
 from .._errors import (
@@ -37,19 +41,29 @@ from .._errors import (
     LaneNotConfiguredError,
     PersistentKeyLockedError,
     UbatchNotConfiguredError,
-    WorkspaceError,
     WorkspaceLockedError,
 )
 from .._state import Slot, WorkspaceState
 from ._model import WorkspaceModel
-from ._strategies import DEFAULT_DTYPES, shapes
+from ._strategies import DEFAULT_DTYPES, keys, slots, spec_lists, specs
 
 Spec = tuple[tuple[int, ...], Any]
+#: One ``reserve`` request: a bare pair (a single view or retained span) or one call's pairs.
+Request = Spec | list[Spec]
 
 
 @dataclasses.dataclass(frozen=True)
 class Transitions:
-    """The pure functions a :class:`WorkspaceMachine` drives; replace one to test a bug."""
+    """The pure functions a :class:`WorkspaceMachine` drives; replace one to test a bug.
+
+    Example:
+        >>> import functional_ws as fws
+        >>> def my_acquire(state, slot, *specs):
+        ...     return fws.acquire(state, slot, *specs)
+        >>> mine = Transitions(acquire=my_acquire)
+        >>> mine.acquire is my_acquire, mine.retain is fws.retain
+        (True, True)
+    """
 
     initial_state: Callable[..., WorkspaceState] = _ops.initial_state
     acquire: Callable[..., Any] = _ops.acquire
@@ -60,11 +74,20 @@ class Transitions:
     unlock: Callable[..., Any] = _ops.unlock
 
 
+#: The core's own transitions (the default of :class:`WorkspaceMachine`).
+CORE = Transitions()
+
+#: What the constructor configures; a subclass that sets one as a class attribute is refused.
+_SETTINGS = ("num_ubatches", "num_lanes", "alignment", "growth", "dtype_pool", "transitions")
+
+
 def _snapshot(state: WorkspaceState) -> tuple[Any, ...]:
     """Every field value; all of them are immutable, so this detects any mutation."""
     top = tuple(getattr(state, f.name) for f in dataclasses.fields(state) if f.name != "slots")
-    slots = tuple(tuple(getattr(s, f.name) for f in dataclasses.fields(s)) for s in state.slots)
-    return (*top, slots)
+    slot_fields = tuple(
+        tuple(getattr(s, f.name) for f in dataclasses.fields(s)) for s in state.slots
+    )
+    return (*top, slot_fields)
 
 
 def _copy(state: WorkspaceState) -> WorkspaceState:
@@ -72,11 +95,9 @@ def _copy(state: WorkspaceState) -> WorkspaceState:
     return dataclasses.replace(state, slots=tuple(dataclasses.replace(s) for s in state.slots))
 
 
-_view_codes = st.lists(
-    st.tuples(shapes(max_dims=2, max_side=40), st.integers(0, 15)), min_size=0, max_size=3
-)
-_slot_codes = st.integers(0, 15)
-_key_pool = ("a", "b", "c")
+def _configured(name: str) -> st.SearchStrategy[Any]:
+    """Draw from the strategy the running machine built for its configuration."""
+    return st.runner().flatmap(lambda machine: getattr(machine, name))
 
 
 def _expect_raises(kind: type[BaseException], call: Callable[[], object], what: str) -> None:
@@ -88,80 +109,93 @@ def _expect_raises(kind: type[BaseException], call: Callable[[], object], what: 
     raise AssertionError(f"{what}: expected {kind.__name__}, but the call succeeded")
 
 
-class WorkspaceMachine(RuleBasedStateMachine):
-    """Drive a workspace through random calls and compare it with a byte-level model.
+def _nbytes(spec: Spec) -> int:
+    n = int(spec[1].itemsize)
+    for d in spec[0]:
+        n *= d
+    return n
 
-    Configure by subclassing: ``num_ubatches``, ``num_lanes``, ``growth``, ``alignment``,
-    ``dtype_pool`` and ``transitions``. Run with ``WorkspaceMachine.TestCase`` or
-    ``hypothesis.stateful.run_state_machine_as_test``.
+
+class WorkspaceMachine(RuleBasedStateMachine):
+    """Drive the core's transitions through random calls; compare with a byte-level model.
+
+    Args:
+        num_ubatches: ubatch slots of the workspace.
+        num_lanes: lanes per ubatch.
+        alignment: the byte alignment of every offset.
+        growth: the growth policy (``"slot"`` or ``"ubatches"``).
+        dtype_pool: the dtypes requests draw from (anything with an ``itemsize``).
+        transitions: the functions under test (:class:`Transitions`; default the core's).
+
+    Raises:
+        TypeError: ``transitions`` is not a :class:`Transitions`, or a subclass sets one of
+            these settings as a class attribute (pass it to the constructor instead).
+        ValueError: an empty ``dtype_pool``; the core's own errors for the other values.
+
+    Example:
+        >>> from hypothesis import settings
+        >>> from hypothesis.stateful import run_state_machine_as_test
+        >>> run_state_machine_as_test(
+        ...     lambda: WorkspaceMachine(growth="ubatches", num_lanes=1),
+        ...     settings=settings(max_examples=5, stateful_step_count=10, database=None),
+        ... )
+        >>> TestCoreDefaults = WorkspaceMachine.TestCase  # collect this in a test module
     """
 
-    num_ubatches: ClassVar[int] = 2
-    num_lanes: ClassVar[int] = 2
-    alignment: ClassVar[int] = 256
-    growth: ClassVar[str] = "slot"
-    dtype_pool: ClassVar[Sequence[Any]] = DEFAULT_DTYPES
-    transitions: ClassVar[Transitions] = Transitions()
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        misplaced = [name for name in _SETTINGS if name in vars(cls)]
+        if misplaced:
+            name = misplaced[0]
+            raise TypeError(
+                f"{cls.__name__} sets {name} as a class attribute; WorkspaceMachine is "
+                f"configured through its constructor: run_state_machine_as_test(lambda: "
+                f"WorkspaceMachine({name}=...)) in a test function."
+            )
 
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        *,
+        num_ubatches: int = 2,
+        num_lanes: int = 2,
+        alignment: int = 256,
+        growth: str = "slot",
+        dtype_pool: Sequence[Any] = DEFAULT_DTYPES,
+        transitions: Transitions = CORE,
+    ) -> None:
         super().__init__()
-        self.model = WorkspaceModel(self.num_ubatches, self.num_lanes, self.alignment, self.growth)
-        self.setup_system()
-
-    # ----- the system under test: the pure core here; shells override these hooks -----
-
-    def setup_system(self) -> None:
-        """Create the system under test."""
-        self.state = self.transitions.initial_state(
-            self.num_ubatches, self.num_lanes, alignment=self.alignment, growth=self.growth
+        if not isinstance(transitions, Transitions):
+            raise TypeError(
+                f"transitions must be a functional_ws.testing.Transitions, got "
+                f"{transitions!r}: Transitions(acquire=my_acquire) replaces one function."
+            )
+        if not dtype_pool:
+            raise ValueError(f"dtype_pool must hold at least one dtype, got {dtype_pool!r}.")
+        self.transitions = transitions
+        self.state = transitions.initial_state(
+            num_ubatches, num_lanes, alignment=alignment, growth=growth
         )
+        self.num_ubatches, self.num_lanes = num_ubatches, num_lanes
+        self.alignment, self.growth = alignment, growth
+        self.dtype_pool = tuple(dtype_pool)
+        self.model = WorkspaceModel(num_ubatches, num_lanes, alignment, growth)
+        # The strategies the rules draw from (through ``_configured``), for this workspace.
+        self.slot_choices = slots(num_ubatches, num_lanes)
+        self.request_choices = spec_lists(
+            min_size=1, max_size=3, dtype_pool=self.dtype_pool, max_dims=2
+        )
+        self.spec_choices = specs(dtype_pool=self.dtype_pool, max_dims=2)
 
-    def current_state(self) -> WorkspaceState:
-        """The system's current :class:`WorkspaceState`."""
-        return self.state
-
-    def do_acquire(self, slot: Slot, specs: list[Spec]) -> tuple[int, ...]:
-        """Run ``acquire``; return each view's byte offset from the slot's base."""
-        self.state, layout = self._pure(self.transitions.acquire, slot, *specs)
-        return tuple(layout.offsets)
-
-    def do_retain(self, slot: Slot, key: Hashable, spec: Spec) -> tuple[int, bool]:
-        """Run ``retain``; return the span's byte offset and the intact flag."""
-        self.state, span, intact = self._pure(self.transitions.retain, slot, key, spec)
-        return span.offset, intact
-
-    def do_claim(self, slot: Slot, key: Hashable) -> bool:
-        """Run ``claim``; return whether the key was new."""
-        self.state, is_new = self._pure(self.transitions.claim, slot, key)
-        return bool(is_new)
-
-    def do_reserve(self, requests: list[Any], slots: list[Slot] | None) -> None:
-        """Run ``reserve``."""
-        self.state = self._pure(self.transitions.reserve, requests, slots)
-
-    def do_lock(self) -> None:
-        """Run ``lock``."""
-        self.state = self._pure(self.transitions.lock)
-
-    def do_unlock(self) -> None:
-        """Run ``unlock``."""
-        self.state = self._pure(self.transitions.unlock)
-
-    def write_bytes(self, slot: Slot, offset: int, data: bytes) -> None:
-        """Write into the system's memory (a shell writes real bytes; the core has none)."""
-
-    def read_bytes(self, slot: Slot, offset: int, nbytes: int) -> bytes | None:
-        """Read the system's memory, or ``None`` when it has none (the pure core)."""
-        return None
+    # ----- calling the transitions -----
 
     def _pure(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """Call a pure transition; check it leaves its input alone and is deterministic."""
+        """Call a transition on the current state; check it is pure (see the module doc)."""
         before = self.state
         snapshot, fingerprint = _snapshot(before), hash(before)
         try:
             result = fn(before, *args)
-        except WorkspaceError:
-            assert _snapshot(before) == snapshot, "a refused call mutated its input"
+        except Exception:
+            assert _snapshot(before) == snapshot, f"a refused {fn.__name__} mutated its input"
             raise
         assert _snapshot(before) == snapshot and hash(before) == fingerprint, (
             f"{fn.__name__} mutated its input state"
@@ -170,60 +204,58 @@ class WorkspaceMachine(RuleBasedStateMachine):
         assert again == result, f"{fn.__name__} gave different results for equal inputs"
         return result
 
-    # ----- helpers -----
+    def _refused(
+        self, kind: type[BaseException], what: str, fn: Callable[..., Any], *args: Any
+    ) -> None:
+        """The call must raise ``kind`` (and, being pure, leave the state as it was)."""
+        _expect_raises(kind, lambda: self._pure(fn, *args), what)
 
-    def _slot(self, code: int) -> Slot:
-        return ((code // self.num_lanes) % self.num_ubatches, code % self.num_lanes)
-
-    def _specs(self, codes: list[tuple[tuple[int, ...], int]]) -> list[Spec]:
-        return [(shape, self.dtype_pool[i % len(self.dtype_pool)]) for shape, i in codes]
-
-    @staticmethod
-    def _nbytes(spec: Spec) -> int:
-        n = int(spec[1].itemsize)
-        for d in spec[0]:
-            n *= d
-        return n
-
-    def _refused(self, kind: type[BaseException], call: Callable[[], object], what: str) -> None:
-        """The call must raise ``kind`` and leave state and retained bytes unchanged."""
-        before = self.current_state()
-        saved = self._retained_bytes()
-        _expect_raises(kind, call, what)
-        assert self.current_state() == before, f"{what}: refused call changed the state"
-        assert self._retained_bytes() == saved, f"{what}: refused call changed retained bytes"
-
-    def _retained_bytes(self) -> list[bytes | None]:
-        out: list[bytes | None] = []
-        for index, slot_model in enumerate(self.model.slots):
-            record = slot_model.retained
-            if record is None:
-                out.append(None)
-                continue
-            slot = divmod(index, self.num_lanes)
-            out.append(self.read_bytes(slot, record.start, len(record.pattern)))
-        return out
+    def _check_growth(self, what: str, growth: Any, targets: list[int], required: int) -> None:
+        """A call's growth names exactly the slots the model grew, with their new sizes."""
+        expected = {self.state.slot_of(i): required for i in targets}
+        pairs = list(growth)
+        assert len({slot for slot, _ in pairs}) == len(pairs), f"{what}: growth repeats a slot"
+        assert dict(pairs) == expected, f"{what}: growth {growth}, the model grew {expected}"
 
     # ----- rules -----
 
-    @rule(slot_code=_slot_codes, codes=_view_codes)
-    def acquire(self, slot_code: int, codes: list[tuple[tuple[int, ...], int]]) -> None:
-        slot, specs = self._slot(slot_code), self._specs(codes)
+    @initialize()
+    def initial_state(self) -> None:
+        """The first step of every run: the initial state is what the constructor made.
+
+        A step of its own: with it, Hypothesis shrinks a failure to the calls that matter
+        (without it, shrunk examples could begin with a harmless call or two).
+        """
+        note(
+            f"initial_state({self.num_ubatches}, {self.num_lanes}, "
+            f"alignment={self.alignment}, growth={self.growth!r})"
+        )
+        again = self.transitions.initial_state(
+            self.num_ubatches, self.num_lanes, alignment=self.alignment, growth=self.growth
+        )
+        assert again == self.state and hash(again) == hash(self.state), (
+            "initial_state gave different states for equal arguments"
+        )
+
+    @rule(slot=_configured("slot_choices"), request=_configured("request_choices"))
+    def acquire(self, slot: Slot, request: list[Spec]) -> None:
         index = self.model.index(slot)
-        nbytes = [self._nbytes(s) for s in specs]
+        nbytes = [_nbytes(s) for s in request]
         expected_offsets, total = self.model.request_bytes(nbytes)
         targets = self.model.growth_targets(index, total)
-        note(f"acquire(slot={slot}, specs={specs}) needs {total} bytes")
+        note(f"acquire(slot={slot}, specs={request}) needs {total} bytes")
         if targets and self.model.locked:
             self._refused(
-                WorkspaceLockedError, lambda: self.do_acquire(slot, specs), "locked acquire"
+                WorkspaceLockedError, "locked acquire", self.transitions.acquire, slot, *request
             )
             return
-        offsets = self.do_acquire(slot, specs)
+        self.state, layout = self._pure(self.transitions.acquire, slot, *request)
+        offsets = tuple(layout.offsets)
         self.model.grow(targets, total)
         capacity = self.model.slots[index].capacity
         note(f"  -> offsets {offsets}, capacity {capacity}")
-        assert len(offsets) == len(specs), "one offset per view"
+        self._check_growth("acquire", layout.growth, targets, total)
+        assert len(offsets) == len(request), "one offset per view"
         for i, (off, n) in enumerate(zip(offsets, nbytes, strict=True)):
             assert off % self.alignment == 0, f"view {i} offset {off} is not aligned"
             assert off >= 0 and off + n <= capacity, f"view {i} [{off}, {off + n}) outside"
@@ -236,107 +268,109 @@ class WorkspaceMachine(RuleBasedStateMachine):
         self.model.note_reach(index, total)
         for i, (off, n) in enumerate(zip(offsets, nbytes, strict=True)):
             self.model.scribble(index, off, n, i)
-            self.write_bytes(slot, off, bytes(self.model.slots[index].memory[off : off + n]))
         slot_model = self.model.slots[index]
         slot_model.high_water = max(slot_model.high_water, total)
-        survived = self.current_state().slots[index].retained
+        survived = self.state.slots[index].retained
         if survived is not None:
             assert survived[1] >= total, f"retained span at {survived[1]} survived a reach"
 
-    @rule(
-        slot_code=_slot_codes,
-        key=st.sampled_from(_key_pool),
-        shape=shapes(max_dims=2),
-        dtype_code=st.integers(0, 15),
-    )
-    def retain(self, slot_code: int, key: str, shape: tuple[int, ...], dtype_code: int) -> None:
-        slot = self._slot(slot_code)
-        spec = (shape, self.dtype_pool[dtype_code % len(self.dtype_pool)])
+    @rule(slot=_configured("slot_choices"))
+    def acquire_nothing(self, slot: Slot) -> None:
+        """An empty request (the original's ``get_simultaneous()``): no views, nothing grows.
+
+        A rule of its own, not an empty ``request`` of :meth:`acquire`: a no-op there would be
+        the simplest request, and shrunk examples could keep it as a harmless first step.
+        """
+        note(f"acquire(slot={slot}) with no specs")
+        before = self.state
+        self.state, layout = self._pure(self.transitions.acquire, slot)
+        assert tuple(layout.offsets) == () and tuple(layout.growth) == (), (
+            f"an empty request planned offsets {layout.offsets} and growth {layout.growth}"
+        )
+        assert self.state == before, "an empty request changed the state"
+
+    @rule(slot=_configured("slot_choices"), key=keys(), spec=_configured("spec_choices"))
+    def retain(self, slot: Slot, key: Hashable, spec: Spec) -> None:
         index = self.model.index(slot)
-        nbytes = self._nbytes(spec)
+        nbytes = _nbytes(spec)
         targets = self.model.growth_targets(index, nbytes)
         note(f"retain(slot={slot}, key={key!r}, spec={spec}) of {nbytes} bytes")
         if targets and self.model.locked:
             self._refused(
-                WorkspaceLockedError, lambda: self.do_retain(slot, key, spec), "locked retain"
+                WorkspaceLockedError, "locked retain", self.transitions.retain, slot, key, spec
             )
             return
-        offset, intact = self.do_retain(slot, key, spec)
+        self.state, span, intact = self._pure(self.transitions.retain, slot, key, spec)
         self.model.grow(targets, nbytes)
         start = self.model.retained_start(index, nbytes)
         expected = self.model.expected_intact(index, key, start)
-        note(f"  -> offset {offset}, intact={intact} (model says {expected})")
-        assert offset == start, f"retained span at {offset}, expected {start}"
-        assert offset % self.alignment == 0
-        if intact:
-            record = self.model.slots[index].retained
-            assert record is not None, (
-                "reported intact, but the slot was reallocated or never retained"
-            )
-            real = self.read_bytes(slot, start, len(record.pattern))
-            assert real is None or real == record.pattern, (
-                f"reported intact but the real bytes changed: {real!r} != {record.pattern!r}"
-            )
+        note(f"  -> offset {span.offset}, intact={intact} (model says {expected})")
+        self._check_growth("retain", span.growth, targets, nbytes)
+        assert span.offset == start, f"retained span at {span.offset}, expected {start}"
+        assert span.offset % self.alignment == 0
         assert intact == expected, f"intact={intact} but the modelled bytes say {expected}"
-        pattern = self.model.write_pattern(index, key, start, nbytes)
-        self.write_bytes(slot, start, pattern)
+        self.model.write_pattern(index, key, start, nbytes)
         slot_model = self.model.slots[index]
         slot_model.high_water = max(slot_model.high_water, nbytes)
 
-    @rule(slot_code=_slot_codes, key=st.sampled_from(_key_pool))
-    def claim(self, slot_code: int, key: str) -> None:
-        slot = self._slot(slot_code)
-        keys = self.model.slots[self.model.index(slot)].keys
+    @rule(slot=_configured("slot_choices"), key=keys())
+    def claim(self, slot: Slot, key: Hashable) -> None:
+        claimed = self.model.slots[self.model.index(slot)].keys
         note(f"claim(slot={slot}, key={key!r})")
-        if key not in keys and self.model.locked:
+        if key not in claimed and self.model.locked:
             self._refused(
-                PersistentKeyLockedError, lambda: self.do_claim(slot, key), "locked claim"
+                PersistentKeyLockedError, "locked claim", self.transitions.claim, slot, key
             )
             return
-        is_new = self.do_claim(slot, key)
-        assert is_new == (key not in keys), f"is_new={is_new} for key {key!r}, keys {keys}"
-        keys.add(key)
+        self.state, is_new = self._pure(self.transitions.claim, slot, key)
+        assert is_new == (key not in claimed), f"is_new={is_new} for {key!r}, keys {claimed}"
+        claimed.add(key)
 
     @rule(
-        requests=st.lists(_view_codes, min_size=0, max_size=2),
-        slot_codes=st.none() | st.lists(_slot_codes, max_size=3),
+        requests=st.lists(_configured("request_choices") | _configured("spec_choices"), max_size=2),
+        chosen=st.none() | st.lists(_configured("slot_choices"), max_size=3),
     )
-    def reserve(
-        self, requests: list[list[tuple[tuple[int, ...], int]]], slot_codes: list[int] | None
-    ) -> None:
-        concrete = [self._specs(codes) for codes in requests]
+    def reserve(self, requests: list[Request], chosen: list[Slot] | None) -> None:
         needed = max(
-            [self.model.request_bytes([self._nbytes(s) for s in specs])[1] for specs in concrete],
+            (
+                self.model.request_bytes([_nbytes(s) for s in r])[1]
+                if isinstance(r, list)
+                else _nbytes(r)
+                for r in requests
+            ),
             default=0,
         )
-        slots = None if slot_codes is None else [self._slot(c) for c in slot_codes]
-        chosen = (
-            range(len(self.model.slots)) if slots is None else [self.model.index(s) for s in slots]
+        indices = (
+            range(len(self.model.slots))
+            if chosen is None
+            else sorted({self.model.index(s) for s in chosen})
         )
-        note(f"reserve(requests={concrete}, slots={slots}) needs {needed} bytes")
-        grows = any(self.model.slots[i].capacity < needed for i in chosen)
-        if grows and self.model.locked:
+        targets = sorted({t for i in indices for t in self.model.growth_targets(i, needed)})
+        note(f"reserve(requests={requests}, slots={chosen}) needs {needed} bytes")
+        if targets and self.model.locked:
             self._refused(
                 WorkspaceLockedError,
-                lambda: self.do_reserve(concrete, slots),
                 "locked reserve",
+                self.transitions.reserve,
+                requests,
+                chosen,
             )
             return
-        self.do_reserve(concrete, slots)
-        for i in chosen:
-            self.model.grow(self.model.growth_targets(i, needed), needed)
+        self.state, growth = self._pure(self.transitions.reserve, requests, chosen)
+        self.model.grow(targets, needed)
+        self._check_growth("reserve", growth, targets, needed)
 
     @rule()
     def lock(self) -> None:
         note("lock()")
-        self.do_lock()
+        self.state = self._pure(self.transitions.lock)
         self.model.locked = True
 
     @precondition(lambda self: self.model.locked)
     @rule()
     def unlock(self) -> None:
         note("unlock()")
-        self.do_unlock()
+        self.state = self._pure(self.transitions.unlock)
         self.model.locked = False
 
     @rule(
@@ -349,15 +383,14 @@ class WorkspaceMachine(RuleBasedStateMachine):
                 ("no itemsize", ((3,), None), InvalidSpecError),
             ]
         ),
-        slot_code=_slot_codes,
+        slot=_configured("slot_choices"),
     )
-    def bad_spec(self, bad: tuple[str, tuple[Any, int | None], type], slot_code: int) -> None:
+    def bad_spec(self, bad: tuple[str, tuple[Any, int | None], type], slot: Slot) -> None:
         name, (shape, dtype_code), kind = bad
         dtype = "not a dtype" if dtype_code is None else self.dtype_pool[0]
-        slot = self._slot(slot_code)
         note(f"acquire(slot={slot}) with a bad spec ({name}): {(shape, dtype)!r}")
-        self._refused(kind, lambda: self.do_acquire(slot, [(shape, dtype)]), name)
-        self._refused(kind, lambda: self.do_retain(slot, "a", (shape, dtype)), name)
+        self._refused(kind, name, self.transitions.acquire, slot, (shape, dtype))
+        self._refused(kind, name, self.transitions.retain, slot, "a", (shape, dtype))
 
     @rule(which=st.sampled_from(["lane too big", "ubatch too big", "negative lane"]))
     def bad_slot(self, which: str) -> None:
@@ -368,13 +401,13 @@ class WorkspaceMachine(RuleBasedStateMachine):
         }[which]
         note(f"acquire(slot={slot}) ({which})")
         spec: Spec = ((4,), self.dtype_pool[0])
-        self._refused(kind, lambda: self.do_acquire(slot, [spec]), which)
+        self._refused(kind, which, self.transitions.acquire, slot, spec)
 
     # ----- invariants -----
 
     @invariant()
     def matches_model(self) -> None:
-        state = self.current_state()
+        state = self.state
         assert state.locked == self.model.locked, "lock flag differs from the model"
         for index, (real, model) in enumerate(zip(state.slots, self.model.slots, strict=True)):
             where = f"slot {state.slot_of(index)}"

@@ -1,6 +1,7 @@
 """Hypothesis strategies for workspace requests: shapes, dtypes, specs, slots and keys.
 
-Small sizes by default so that shrinking ends on readable examples.
+Small sizes by default so that shrinking ends on readable examples. The core's state machine
+(:class:`functional_ws.testing.WorkspaceMachine`) draws its calls from these.
 """
 
 from __future__ import annotations
@@ -21,34 +22,112 @@ DEFAULT_DTYPES: tuple[np.dtype[Any], ...] = tuple(
 
 
 def dtypes(pool: Sequence[Any] = DEFAULT_DTYPES) -> st.SearchStrategy[Any]:
-    """Dtypes drawn from ``pool`` (any objects with an ``itemsize``: torch dtypes too)."""
+    """Dtypes drawn from ``pool``, shrinking towards its first.
+
+    Args:
+        pool: any objects with an ``itemsize`` (NumPy, torch or JAX dtypes).
+
+    Returns:
+        A strategy of elements of ``pool``.
+
+    Example:
+        >>> from hypothesis import find
+        >>> find(dtypes(), lambda d: d.itemsize > 4)
+        dtype('float64')
+    """
     return st.sampled_from(list(pool))
 
 
 def shapes(*, max_dims: int = 3, max_side: int = 40) -> st.SearchStrategy[tuple[int, ...]]:
-    """Tuples of non-negative ints, zero-sized dimensions included."""
+    """Shapes: tuples of non-negative ints, zero-sized dimensions and ``()`` included.
+
+    Args:
+        max_dims: the most dimensions.
+        max_side: the largest size of one dimension.
+
+    Returns:
+        A strategy of tuples, shrinking towards ``()``.
+
+    Example:
+        >>> from hypothesis import find
+        >>> find(shapes(max_dims=2, max_side=4), lambda s: len(s) == 2 and sum(s) > 5)
+        (2, 4)
+    """
     return st.lists(st.integers(0, max_side), min_size=0, max_size=max_dims).map(tuple)
 
 
 def specs(
     *, dtype_pool: Sequence[Any] = DEFAULT_DTYPES, max_dims: int = 3, max_side: int = 40
 ) -> st.SearchStrategy[tuple[tuple[int, ...], Any]]:
-    """``(shape, dtype)`` pairs, as ``get_simultaneous`` takes them."""
+    """``(shape, dtype)`` pairs, as ``get_simultaneous`` takes them.
+
+    Args:
+        dtype_pool: the dtypes to draw from (see :func:`dtypes`).
+        max_dims: see :func:`shapes`.
+        max_side: see :func:`shapes`.
+
+    Returns:
+        A strategy of pairs.
+
+    Example:
+        >>> from hypothesis import find
+        >>> find(specs(), lambda spec: len(spec[0]) == 1 and spec[1].itemsize == 4)
+        ((0,), dtype('int32'))
+    """
     return st.tuples(shapes(max_dims=max_dims, max_side=max_side), dtypes(dtype_pool))
 
 
 def spec_lists(
     *, min_size: int = 1, max_size: int = 4, **kwargs: Any
 ) -> st.SearchStrategy[list[tuple[tuple[int, ...], Any]]]:
-    """The argument list of one ``get_simultaneous`` call."""
+    """The argument list of one ``get_simultaneous`` call.
+
+    Args:
+        min_size: the fewest pairs (``0`` allows the empty call).
+        max_size: the most pairs.
+        **kwargs: passed to :func:`specs`.
+
+    Returns:
+        A strategy of lists of ``(shape, dtype)`` pairs.
+
+    Example:
+        >>> from hypothesis import find
+        >>> find(spec_lists(max_size=2), lambda specs: len(specs) == 2)
+        [((), dtype('uint8')), ((), dtype('uint8'))]
+    """
     return st.lists(specs(**kwargs), min_size=min_size, max_size=max_size)
 
 
 def slots(num_ubatches: int, num_lanes: int) -> st.SearchStrategy[Slot]:
-    """``(ubatch, lane)`` pairs of a workspace with the given counts."""
+    """``(ubatch, lane)`` pairs of a workspace with the given counts.
+
+    Args:
+        num_ubatches: ubatch slots of the workspace.
+        num_lanes: lanes per ubatch.
+
+    Returns:
+        A strategy of pairs, shrinking towards ``(0, 0)``.
+
+    Example:
+        >>> from hypothesis import find
+        >>> find(slots(2, 3), lambda slot: slot[1] == 2)
+        (0, 2)
+    """
     return st.tuples(st.integers(0, num_ubatches - 1), st.integers(0, num_lanes - 1))
 
 
 def keys(names: Sequence[Hashable] = ("a", "b", "c")) -> st.SearchStrategy[Hashable]:
-    """Keys for retained spans and persistent resources, from a small pool (so they repeat)."""
+    """Keys for retained spans and persistent resources, from a small pool (so they repeat).
+
+    Args:
+        names: the pool.
+
+    Returns:
+        A strategy of elements of ``names``, shrinking towards the first.
+
+    Example:
+        >>> from hypothesis import find
+        >>> find(keys(), lambda key: key != "a")
+        'b'
+    """
     return st.sampled_from(list(names))

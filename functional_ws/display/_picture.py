@@ -12,34 +12,35 @@ import zlib
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from ._layout import Layout, Span
-from ._spec import round_up
-from ._state import Slot, WorkspaceState
+from .._layout import Layout, Span
+from .._spec import round_up
+from .._state import Slot, WorkspaceState
 
 SegmentKind = Literal["view", "padding", "retained", "clobbered", "free"]
 
-#: Dark, colour-blind-friendly colours (Okabe-Ito and Tol's muted) for dtypes, all legible
-#: under white labels; fixed colours for the rest.
-DTYPE_PALETTE = ("#0072B2", "#D55E00", "#882255", "#117733", "#332288", "#AA4499", "#44AA99")
+#: Fixed colours for what is not a view. Green and red belong to the retained tail (intact,
+#: clobbered), light grey to free space, mid grey to padding: no dtype colour comes near them
+#: (a test checks the distance).
 COLOURS = {
-    "padding": "#bbbbbb",
+    "padding": "#999999",
     "free": "#eeeeee",
-    "retained": "#2ca02c",
-    "clobbered": "#d62728",
+    "retained": "#1a9641",
+    "clobbered": "#d7191c",
 }
-
-
+#: Dark colours for dtypes, all legible under white labels, from the blue, purple, brown and
+#: orange families only (Okabe-Ito and Tol's palettes), so a view never looks like the tail.
+DTYPE_PALETTE = ("#0072B2", "#332288", "#882255", "#AA4499", "#7f3b08", "#994F00", "#1f4e79")
 #: Common dtypes get colours of their own, so that they never share one in a picture.
 KNOWN_DTYPES = {
     "float32": "#0072B2",
     "bfloat16": "#D55E00",
     "float16": "#882255",
-    "int32": "#117733",
+    "int32": "#6a3d9a",
     "int8": "#332288",
     "uint8": "#AA4499",
-    "int64": "#44AA99",
-    "float64": "#997700",
-    "bool": "#555555",
+    "int64": "#7f3b08",
+    "float64": "#994F00",
+    "bool": "#1f4e79",
 }
 
 
@@ -58,13 +59,22 @@ def dtype_colour(dtype: Any) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class Segment:
-    """A byte range ``[start, end)`` of one slot and what it holds."""
+    """A byte range ``[start, end)`` of one slot and what it holds.
+
+    Attributes:
+        kind: what the bytes are.
+        start, end: the range, in bytes from the slot's base.
+        label: text for a tooltip or the bar.
+        colour: the fill colour.
+        dtype: a view's dtype name (``torch.`` prefix dropped), else ``""``.
+    """
 
     kind: SegmentKind
     start: int
     end: int
     label: str
     colour: str
+    dtype: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,21 +85,6 @@ class SlotPicture:
     capacity: int
     high_water: int
     segments: tuple[Segment, ...]
-
-
-def picture_inputs(
-    obj: Any,
-) -> tuple[WorkspaceState, Mapping[Slot, Layout], Mapping[Slot, Span]]:
-    """Accept a state, or an object with ``.state`` (and optionally ``.last_layouts`` and
-    ``.last_spans`` mappings per slot), such as ``interop.WorkspaceManager``."""
-    if isinstance(obj, WorkspaceState):
-        return obj, {}, {}
-    state = getattr(obj, "state", None)
-    if not isinstance(state, WorkspaceState):
-        raise TypeError(
-            f"expected a WorkspaceState or an object with a .state, got {type(obj).__name__}"
-        )
-    return state, getattr(obj, "last_layouts", {}) or {}, getattr(obj, "last_spans", {}) or {}
 
 
 def slot_pictures(
@@ -106,6 +101,7 @@ def slot_pictures(
     Example:
         >>> import numpy as np
         >>> from functional_ws import initial_state, acquire
+        >>> from functional_ws.display import slot_pictures
         >>> s, layout = acquire(initial_state(), (0, 0), ((100,), np.dtype("float32")))
         >>> [(g.kind, g.start, g.end) for g in slot_pictures(s, {(0, 0): layout})[0].segments]
         [('view', 0, 400), ('padding', 400, 512)]
@@ -121,7 +117,9 @@ def slot_pictures(
                 end, padded = offset + spec.nbytes, offset + round_up(spec.nbytes, state.alignment)
                 label = f"{spec.dtype}{list(spec.shape)} @{offset}"
                 if end > offset:
-                    segments.append(Segment("view", offset, end, label, dtype_colour(spec.dtype)))
+                    name = str(spec.dtype).removeprefix("torch.")
+                    colour = dtype_colour(spec.dtype)
+                    segments.append(Segment("view", offset, end, label, colour, name))
                 if padded > end:
                     segments.append(Segment("padding", end, padded, "padding", COLOURS["padding"]))
             used = layout.total

@@ -2,28 +2,44 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from html import escape
-from typing import Any
 
-from ._picture import COLOURS, picture_inputs, slot_pictures
-from ._render import format_bytes
+from .._layout import Layout, Span
+from .._state import Slot, WorkspaceState
+from ._picture import COLOURS, slot_pictures
+from ._text import format_bytes
 
 
-def render_html(obj: Any) -> str:
-    """An HTML picture of a state or a manager (anything with ``.state``).
+def render_html(
+    state: WorkspaceState,
+    layouts: Mapping[Slot, Layout] | None = None,
+    spans: Mapping[Slot, Span] | None = None,
+) -> str:
+    """An HTML picture of a state, with the last layout and span per slot if given.
 
     Each slot is a horizontal bar scaled to the largest capacity: the last layout's views
     (coloured by dtype, labelled with dtype, shape and offset), alignment padding, free
     space and the retained tail (green while intact, red once clobbered); a black tick marks
     the high-water mark. The header gives the lock state and growth policy.
 
+    Args:
+        state: the state to draw.
+        layouts: per slot, the last :class:`~functional_ws.Layout` (the views drawn); a
+            manager keeps them as ``last_layouts``.
+        spans: per slot, the last :class:`~functional_ws.Span` (drawn intact or
+            clobbered); a manager keeps them as ``last_spans``.
+
+    Returns:
+        HTML text (a manager's ``_repr_html_`` returns it with its own plans).
+
     Example:
-        >>> from functional_ws import initial_state
+        >>> from functional_ws import initial_state, render_html
         >>> html = render_html(initial_state())
         >>> "unlocked" in html and "slot (0, 0)" in html
         True
     """
-    state, layouts, spans = picture_inputs(obj)
+    _check_state(state, "render_html")
     pictures = slot_pictures(state, layouts, spans)
     scale = max([p.capacity for p in pictures] + [1])
     lock = "🔒 locked" if state.locked else "unlocked"
@@ -72,3 +88,12 @@ def render_html(obj: Any) -> str:
         f'<div style="font:11px sans-serif;margin-top:4px">{legend} '
         "| view colours by dtype | ▏high water</div></div>"
     )
+
+
+def _check_state(state: object, who: str) -> None:
+    if not isinstance(state, WorkspaceState):
+        raise TypeError(
+            f"{who} draws a WorkspaceState, got {type(state).__name__}. For a manager, call "
+            f"ws.plot() (or display the manager itself), or pass ws.state, ws.last_layouts, "
+            f"ws.last_spans."
+        )

@@ -1,23 +1,26 @@
-"""Plain-text rendering of a state: a few lines per slot, for terminals and ``make demo``."""
+"""Plain-text rendering of a state: a few lines per slot, for terminals and the demo."""
 
 from __future__ import annotations
 
-from ._state import WorkspaceState
+from .._state import WorkspaceState
 
 
 def format_bytes(n: int) -> str:
     """``n`` bytes in the largest binary unit that keeps it >= 1 (exact bytes below 1 KiB).
 
     Example:
+        >>> from functional_ws.display import format_bytes
         >>> format_bytes(512), format_bytes(1536), format_bytes(3 * 2**30)
         ('512 B', '1.50 KiB', '3.00 GiB')
     """
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
+    if n < 1024:
+        return f"{n} B"
+    value = n / 1024
+    for unit in ("KiB", "MiB", "GiB"):
         if value < 1024 or unit == "GiB":
-            return f"{n} B" if unit == "B" else f"{value:.2f} {unit}"
+            break
         value /= 1024
-    raise AssertionError("unreachable")
+    return f"{value:.2f} {unit}"
 
 
 def render(state: WorkspaceState) -> str:
@@ -25,7 +28,7 @@ def render(state: WorkspaceState) -> str:
 
     Example:
         >>> import numpy as np
-        >>> from functional_ws import initial_state, acquire, lock
+        >>> from functional_ws import initial_state, acquire, lock, render
         >>> s, _ = acquire(initial_state(), (0, 0), ((100,), np.dtype("float32")))
         >>> print(render(lock(s)))
         WorkspaceState: 1 ubatch x 1 lane, alignment 256, growth 'slot', LOCKED

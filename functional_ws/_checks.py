@@ -1,0 +1,59 @@
+"""The one rule for integer arguments: a plain ``int`` (not a ``bool``), within bounds.
+
+Counts, indices and byte sizes all go through :func:`check_int`, so every such error reads
+the same way and names the argument and its value.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def is_int(value: Any) -> bool:
+    """Whether ``value`` is an ``int`` and not a ``bool`` (NumPy integers do not count)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_int(
+    value: Any,
+    name: str,
+    *,
+    minimum: int = 0,
+    maximum: int | None = None,
+    error: type[Exception] = ValueError,
+) -> int:
+    """``value`` if it is an ``int`` (not a ``bool``) in ``[minimum, maximum]``; else raise.
+
+    Args:
+        value: what the caller passed.
+        name: how the message names it (``"num_lanes"``, ``"Workspace lane"``, ``"plan['x']"``).
+        minimum: the smallest value allowed; 0 reads "non-negative", 1 "at least one".
+        maximum: the largest value allowed, or ``None``.
+        error: the exception class to raise.
+
+    Returns:
+        ``value``, unchanged.
+
+    Raises:
+        ``error``: naming ``name`` and the value.
+
+    Example:
+        >>> check_int(2, "num_lanes", minimum=1)
+        2
+        >>> check_int(0, "num_lanes", minimum=1)
+        Traceback (most recent call last):
+        ...
+        ValueError: num_lanes must be at least one, got 0.
+        >>> check_int(True, "lane")
+        Traceback (most recent call last):
+        ...
+        ValueError: lane must be an int, got True.
+    """
+    if not is_int(value):
+        raise error(f"{name} must be an int, got {value!r}.")
+    if value < minimum:
+        bound = {0: "non-negative", 1: "at least one"}.get(minimum, f"at least {minimum}")
+        raise error(f"{name} must be {bound}, got {value}.")
+    if maximum is not None and value > maximum:
+        raise error(f"{name} must be at most {maximum}, got {value}.")
+    return int(value)
