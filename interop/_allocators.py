@@ -5,14 +5,20 @@ callable ``allocator(nbytes, device) -> torch.Tensor``. Each is wrapped here in 
 with one method, :meth:`SlotAllocator.allocate`, that returns an :class:`Allocation`: a
 ``uint8`` tensor of exactly the bytes asked for whose address is a multiple of the
 alignment, and the object that owns the memory (the JAX array for ``"jax"``), which the
-slot keeps for as long as the buffer is its own. Where the provider's address is not aligned
-(torch's and JAX's CPU allocators give 64 bytes), the block is dropped and one ``alignment``
-bytes larger is asked for and sliced (:func:`interop._device.aligned_block`).
+slot keeps for as long as the buffer is its own.
 
-Every raw result is validated (a ``torch.Tensor``, ``uint8``, one dimension, at least the
-bytes asked for, on the workspace's device, contiguous) before the manager uses it, so a
-pool that hands back the wrong thing is refused with an :class:`AllocatorError` naming the
-allocator and the value.
+One allocation per growth: torch's and JAX's CPU allocators align to 64 bytes, so they are
+asked for ``nbytes + alignment - 64`` bytes up front (exactly ``nbytes`` on CUDA, whose
+allocators align to 256 or more); a callable is asked for exactly ``nbytes`` until one of
+its addresses shows how it aligns, and for what that alignment needs from then on
+(:func:`interop._device.aligned_block`). A retry, when one is needed, drops the first block
+(and with ``"jax"`` the first array) before asking for the next.
+
+Every result of JAX or of a callable is validated (a ``torch.Tensor``, ``uint8``, one
+dimension, no negative bit, at least the bytes asked for, on the workspace's device,
+contiguous, and not overlapping the buffers other slots are using) before the manager uses
+it, so a pool that hands back the wrong thing is refused with an :class:`AllocatorError`
+naming the allocator and the value.
 
 The order of release and allocation. The built-ins release a slot's old buffer first and
 then allocate (the original's order, which keeps a growth's peak at the new size). A
@@ -24,17 +30,32 @@ bytes stay as they were), at the cost of a peak of old plus new during the growt
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 import jax
 import jax.numpy as jnp
 import torch
 
-from functional_ws import WorkspaceError
-
-from ._device import aligned_block, allocate_aligned
+from ._device import (
+    address_alignment,
+    aligned_block,
+    allocate_aligned,
+    same_device,
+)
 from ._dlpack import device_target
+from ._errors import (
+    AllocationDeviceError,
+    AllocationDtypeError,
+    AllocationLayoutError,
+    AllocationNegativeBitError,
+    AllocationNotTensorError,
+    AllocationOverlapError,
+    AllocationShapeError,
+    AllocationSizeError,
+    AllocatorNotCallableError,
+    UnknownAllocatorError,
+)
 from ._jax import to_torch
 
 #: A user allocator: ``allocator(nbytes, device)`` returns a 1-D ``uint8`` tensor of at least
@@ -42,36 +63,11 @@ from ._jax import to_torch
 AllocatorFunction = Callable[[int, torch.device], torch.Tensor]
 #: What ``WorkspaceManager(allocator=...)`` accepts.
 AllocatorArg = Literal["torch", "jax"] | AllocatorFunction
+#: The buffers a new one must not overlap (the other slots' current ones; ``None``: no buffer).
+InUse = Sequence[torch.Tensor | None]
 
-
-class AllocatorError(WorkspaceError):
-    """Base class of the errors about ``allocator=`` and what an allocator returned.
-
-    Attributes:
-        reason: a short machine-readable reason (``"name"``, ``"callable"``, ``"type"``,
-            ``"dtype"``, ``"ndim"``, ``"size"``, ``"device"``, ``"layout"``).
-    """
-
-    def __init__(self, message: str, reason: str) -> None:
-        super().__init__(message)
-        self.reason = reason
-
-
-class UnknownAllocatorError(AllocatorError, ValueError):
-    """``allocator=`` is a string that names no built-in allocator."""
-
-
-class AllocatorNotCallableError(AllocatorError, TypeError):
-    """``allocator=`` is neither a built-in's name nor a callable."""
-
-
-class AllocationTypeError(AllocatorError, TypeError):
-    """The allocator returned something that is not a ``uint8`` torch tensor."""
-
-
-class AllocationValueError(AllocatorError, ValueError):
-    """The allocator returned a ``uint8`` tensor the workspace cannot use as its buffer:
-    not 1-D, too small, on another device, or not contiguous."""
+#: The alignment JAX's allocators give: 64 bytes on CPU, 256 on GPU (XLA's BFC allocator).
+JAX_ALIGNMENT = {"cpu": 64, "cuda": 256}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,11 +97,30 @@ class SlotAllocator:
     name: str = "torch"
     releases_first: bool = True
 
-    def allocate(self, nbytes: int, device: torch.device, alignment: int) -> Allocation:
+    def allocate(
+        self, nbytes: int, device: torch.device, alignment: int, *, in_use: InUse = ()
+    ) -> Allocation:
         """A buffer of exactly ``nbytes`` on ``device`` at a multiple of ``alignment``.
+
+        Args:
+            nbytes: bytes wanted.
+            device: the workspace's device.
+            alignment: a power of two.
+            in_use: buffers the new one must not overlap (torch's allocator never hands
+                out memory in use, so the built-in ``"torch"`` does not check).
+
+        Returns:
+            The :class:`Allocation`, from one call to the provider where its alignment
+            is known.
 
         Raises:
             AllocatorError: the provider's result is not a usable buffer.
+
+        Example:
+            >>> import torch
+            >>> allocation = SlotAllocator().allocate(1000, torch.device("cpu"), 256)
+            >>> allocation.buffer.numel(), allocation.buffer.data_ptr() % 256
+            (1000, 0)
         """
         return Allocation(allocate_aligned(nbytes, device, alignment))
 
@@ -113,12 +128,18 @@ class SlotAllocator:
         return f"{type(self).__name__}({self.name!r})"
 
 
+def jax_block(nbytes: int, device: Any) -> jax.Array:
+    """``nbytes`` zeroed bytes from JAX's allocator on JAX ``device`` (a ``uint8`` array)."""
+    return jnp.zeros((nbytes,), dtype=jnp.uint8, device=device)
+
+
 class JaxAllocator(SlotAllocator):
     """Each buffer is a JAX ``uint8`` array on the matching JAX device, seen through DLPack.
 
     The memory comes out of JAX's pool (on a GPU where JAX preallocated, out of the memory
     JAX already holds, not torch's caching allocator); torch sees it zero-copy through
-    :func:`interop.to_torch`, which orders torch after the fill that created it.
+    :func:`interop.to_torch`, which orders torch after the fill that created it, and whose
+    tensor keeps the bytes alive even if the array is deleted.
     """
 
     name = "jax"
@@ -126,31 +147,50 @@ class JaxAllocator(SlotAllocator):
     def __init__(self, device: torch.device) -> None:
         self.jax_device = device_target(device).device  # refuses a device JAX cannot see
 
-    def allocate(self, nbytes: int, device: torch.device, alignment: int) -> Allocation:
+    def allocate(
+        self, nbytes: int, device: torch.device, alignment: int, *, in_use: InUse = ()
+    ) -> Allocation:
         arrays: list[jax.Array] = []
 
         def raw(n: int) -> torch.Tensor:
-            arrays[:] = [jnp.zeros((n,), dtype=jnp.uint8, device=self.jax_device)]
-            return check_allocation(to_torch(arrays[0]), n, device, self)
+            arrays.clear()  # a retry lets the first array go before asking for the next
+            arrays.append(jax_block(n, self.jax_device))
+            return check_allocation(to_torch(arrays[0]), n, device, self, in_use=in_use)
 
-        buffer = aligned_block(raw, nbytes, alignment)
+        buffer = aligned_block(
+            raw, nbytes, alignment, provider_alignment=JAX_ALIGNMENT.get(device.type)
+        )
         return Allocation(buffer, arrays[0])  # the array behind the block kept
 
 
 class FunctionAllocator(SlotAllocator):
-    """A user's ``allocator(nbytes, device) -> torch.Tensor``, its results validated."""
+    """A user's ``allocator(nbytes, device) -> torch.Tensor``, its results validated.
+
+    Attributes:
+        provider_alignment: the largest power of two every address it returned so far is a
+            multiple of (``None`` before its first result); it sizes the next requests.
+    """
 
     releases_first = False
 
     def __init__(self, function: AllocatorFunction) -> None:
         self.function = function
         self.name = getattr(function, "__qualname__", None) or type(function).__name__
+        self.provider_alignment: int | None = None
 
-    def allocate(self, nbytes: int, device: torch.device, alignment: int) -> Allocation:
+    def allocate(
+        self, nbytes: int, device: torch.device, alignment: int, *, in_use: InUse = ()
+    ) -> Allocation:
         def raw(n: int) -> torch.Tensor:
-            return check_allocation(self.function(n, device), n, device, self)
+            result = check_allocation(self.function(n, device), n, device, self, in_use=in_use)
+            seen = address_alignment(result.data_ptr())
+            if self.provider_alignment is None or seen < self.provider_alignment:
+                self.provider_alignment = seen
+            return result
 
-        return Allocation(aligned_block(raw, nbytes, alignment))
+        return Allocation(
+            aligned_block(raw, nbytes, alignment, provider_alignment=self.provider_alignment)
+        )
 
 
 _BUILT_INS: dict[str, Callable[[torch.device], SlotAllocator]] = {
@@ -182,84 +222,119 @@ def resolve_allocator(allocator: AllocatorArg, device: torch.device) -> SlotAllo
         >>> resolve_allocator("numpy", torch.device("cpu"))
         Traceback (most recent call last):
         ...
-        interop._allocators.UnknownAllocatorError: allocator must be 'torch', 'jax' or a ...
+        interop.UnknownAllocatorError: allocator must be 'torch', 'jax' or a callable ...
     """
     if isinstance(allocator, str):
         if allocator not in _BUILT_INS:
             raise UnknownAllocatorError(
                 f"allocator must be 'torch', 'jax' or a callable (nbytes, device) -> "
-                f"torch.Tensor, got {allocator!r}.",
-                "name",
+                f"torch.Tensor, got {allocator!r}."
             )
         return _BUILT_INS[allocator](device)
     if not callable(allocator):
         raise AllocatorNotCallableError(
             f"allocator must be 'torch', 'jax' or a callable (nbytes, device) -> "
-            f"torch.Tensor, got {allocator!r}.",
-            "callable",
+            f"torch.Tensor, got {allocator!r}."
         )
     return FunctionAllocator(allocator)
 
 
 def check_allocation(
-    result: object, nbytes: int, device: torch.device, allocator: SlotAllocator
+    result: object,
+    nbytes: int,
+    device: torch.device,
+    allocator: SlotAllocator,
+    *,
+    in_use: InUse = (),
 ) -> torch.Tensor:
     """``result`` if it can be a slot's buffer of ``nbytes`` on ``device``; else raise.
 
+    Devices are compared normalised (``cpu`` is ``cpu:0``; ``cuda`` is the current index).
+
+    Args:
+        result: what the allocator returned.
+        nbytes: the bytes asked of it.
+        device: the workspace's device.
+        allocator: the adapter, named in the messages.
+        in_use: buffers ``result``'s first ``nbytes`` bytes must not overlap: the other
+            slots' current buffers (and those allocated earlier in the same growth).
+
+    Returns:
+        ``result``, unchanged.
+
     Raises:
-        AllocationTypeError: (``TypeError``) not a torch tensor, or not ``uint8``.
-        AllocationValueError: (``ValueError``) not 1-D, fewer than ``nbytes`` elements, on
-            another device, or not contiguous.
+        AllocationNotTensorError: (``AllocationTypeError``, ``TypeError``) not a tensor.
+        AllocationDtypeError: (``AllocationTypeError``, ``TypeError``) not ``uint8``.
+        AllocationShapeError: (``AllocationValueError``, ``ValueError``) not 1-D.
+        AllocationNegativeBitError: (``AllocationValueError``) torch's negative bit is set.
+        AllocationSizeError: (``AllocationValueError``) fewer than ``nbytes`` elements.
+        AllocationDeviceError: (``AllocationValueError``) on another device.
+        AllocationLayoutError: (``AllocationValueError``) not contiguous.
+        AllocationOverlapError: (``AllocationValueError``) overlaps a buffer in ``in_use``.
 
     Example:
         >>> import torch
         >>> check_allocation(torch.empty(8), 8, torch.device("cpu"), SlotAllocator())
         Traceback (most recent call last):
         ...
-        interop._allocators.AllocationTypeError: allocator 'torch' returned a torch.float32 ...
+        interop.AllocationDtypeError: allocator 'torch' returned a torch.float32 tensor ...
+        >>> arena = torch.empty(4096, dtype=torch.uint8)
+        >>> check_allocation(arena[1024:], 1024, torch.device("cpu"), SlotAllocator(),
+        ...                  in_use=[arena[:2048]])
+        Traceback (most recent call last):
+        ...
+        interop.AllocationOverlapError: allocator 'torch' returned bytes [0x... which overlap ...
     """
     who = f"allocator {allocator.name!r}"
     if not isinstance(result, torch.Tensor):
-        raise AllocationTypeError(
+        raise AllocationNotTensorError(
             f"{who} returned {type(result).__name__} {_short(result)} for {nbytes} bytes on "
-            f"{device}; it must return a torch.Tensor (1-D, torch.uint8).",
-            "type",
+            f"{device}; it must return a torch.Tensor (1-D, torch.uint8)."
         )
     if result.dtype != torch.uint8:
-        raise AllocationTypeError(
+        raise AllocationDtypeError(
             f"{who} returned a {result.dtype} tensor for {nbytes} bytes on {device}; it must "
-            "be torch.uint8 (the workspace counts bytes). Return tensor.view(torch.uint8).",
-            "dtype",
+            "be torch.uint8 (the workspace counts bytes). Return tensor.view(torch.uint8)."
         )
     what = f"{who} returned tensor(shape={tuple(result.shape)}, device={result.device}"
     if result.dim() != 1:
-        raise AllocationValueError(
-            f"{what}) for {nbytes} bytes; it must be 1-D. Return tensor.reshape(-1).", "ndim"
+        raise AllocationShapeError(
+            f"{what}) for {nbytes} bytes; it must be 1-D. Return tensor.reshape(-1)."
+        )
+    if result.is_neg():
+        raise AllocationNegativeBitError(
+            f"{what}) for {nbytes} bytes with torch's negative bit set: its bytes are not "
+            "its values, and every view carved from it would fail. Return "
+            "tensor.resolve_neg() (a copy) or the tensor it was negated from."
         )
     if result.numel() < nbytes:
-        raise AllocationValueError(
-            f"{what}) for {nbytes} bytes: {result.numel()} bytes is too small.", "size"
+        raise AllocationSizeError(
+            f"{what}) for {nbytes} bytes: {result.numel()} bytes is too small."
         )
-    if not _same_device(result.device, device):
-        raise AllocationValueError(
-            f"{what}) but the workspace lives on {device}; allocate on the device passed.",
-            "device",
+    if not same_device(result.device, device):
+        raise AllocationDeviceError(
+            f"{what}) but the workspace lives on {device}; allocate on the device passed."
         )
     if not result.is_contiguous():
-        raise AllocationValueError(
+        raise AllocationLayoutError(
             f"{what}, stride={result.stride()}) for {nbytes} bytes; it must be contiguous "
-            "(views are carved from consecutive bytes).",
-            "layout",
+            "(views are carved from consecutive bytes)."
         )
+    start = result.data_ptr()
+    end = start + nbytes
+    for other in in_use:
+        if other is None or other.numel() == 0:
+            continue
+        other_start = other.data_ptr()
+        other_end = other_start + other.numel() * other.element_size()
+        if start < other_end and other_start < end:
+            raise AllocationOverlapError(
+                f"{who} returned bytes [{start:#x}, {end:#x}) for {nbytes} bytes on "
+                f"{device}, which overlap [{other_start:#x}, {other_end:#x}), a buffer "
+                "another slot of this workspace is using: one slot's writes would appear "
+                "in the other's views. Hand each request memory of its own."
+            )
     return result
-
-
-def _same_device(got: torch.device, wanted: torch.device) -> bool:
-    if got.type != wanted.type:
-        return False
-    if wanted.index is None and wanted.type == "cuda":
-        return got.index == torch.cuda.current_device()
-    return wanted.index is None or got.index == wanted.index
 
 
 def _short(value: object) -> str:

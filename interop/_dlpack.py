@@ -21,6 +21,23 @@ Stream ordering on CUDA (a stream wait, not a host synchronisation):
   without such a stream (``UNIMPLEMENTED``) gets a host synchronisation of the producer.
 - JAX -> torch: jaxlib makes the consuming torch stream wait for the array's definition
   event. On CPU there is no stream: jaxlib blocks until the array is ready.
+
+Lifetime, JAX -> torch. jaxlib's DLPack export holds an *external reference* on the array's
+device buffer and a Python reference to the ``jax.Array`` object it was given, but not the
+array's buffer itself: ``array.delete()`` (or deleting every ``jax.live_arrays()``) drops
+the last owner of the buffer while the hold is outstanding, and XLA aborts the process
+(``Check failed: holds_[i] == 0 ... Non-zero type 1 hold on destruction``). JAX's own
+``__dlpack__`` exports ``array.addressable_data(0)``, a second array object over the same
+buffer, which survives ``array.delete()`` but not a sweep of ``jax.live_arrays()``.
+
+On CPU the tensor is therefore made from jaxlib's zero-copy host view of the array (the
+Python buffer protocol, or for bfloat16 and float8 the view ``np.asarray(array)`` is made
+of): that view owns the buffer (and the hold) for as long as it lives, whatever happens to
+the array objects, and the tensor (through NumPy's DLPack export) owns the view for exactly
+as long as the tensor's storage lives. Deleting, donating
+(JAX then copies instead, as for any externally referenced buffer) or collecting the array,
+or sweeping ``jax.live_arrays()``, leaves the tensor's bytes intact. On GPU there is no such
+view; the export goes through ``addressable_data(0)`` as JAX's own ``__dlpack__`` does.
 """
 
 from __future__ import annotations
@@ -28,15 +45,17 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import jax
+import numpy as np
 import torch
 from jax.extend import backend as jax_backend
 from jax.sharding import SingleDeviceSharding
 
-from ._jax_errors import (
+from ._errors import (
+    DeletedArrayError,
     DeviceNotVisibleError,
     MisalignedViewError,
     ShardedArrayError,
@@ -193,10 +212,6 @@ def _import_private(tensor: torch.Tensor, target: Target, stream: Any) -> jax.Ar
         array = _tensor_to_buffer(
             _to_capsule(tensor), target.device, jax_stream, False, target.dl_type
         )
-    if array.unsafe_buffer_pointer() != tensor.data_ptr() and tensor.numel():
-        raise ZeroCopyError(  # never expected: copy=False forbids it; kept as a tripwire
-            "to_jax: JAX returned a copy although copy=False was asked; refusing it."
-        )
     return array  # type: ignore[no-any-return]
 
 
@@ -273,17 +288,64 @@ def _translate(err: Exception, tensor: torch.Tensor) -> Exception:
         )
     if "DLPack" in text and ("type" in text or "width" in text):
         return UnsupportedDtypeError(f"to_jax: JAX cannot import dtype {tensor.dtype}: {text}")
-    return err
+    return ZeroCopyError(f"to_jax: JAX cannot alias {what} without a copy. JAX said: {text}")
 
 
-def export_array(array: jax.Array, stream: Any) -> torch.Tensor:
+@dataclasses.dataclass(frozen=True)
+class Carrier:
+    """How a dtype NumPy's DLPack export refuses (bfloat16, float8) crosses over: as
+    unsigned integers of the same width, viewed back as the torch dtype."""
+
+    host: np.dtype[Any]
+    torch: torch.dtype
+
+
+_NPY_USERDEF = 256  # NumPy's first type number for dtypes registered by other packages
+
+
+def carriers(dtypes: Iterable[np.dtype[Any]]) -> dict[np.dtype[Any], Carrier | None]:
+    """For each JAX dtype torch has, its :class:`Carrier`, or ``None`` where NumPy exports
+    it itself: the one table ``to_torch`` looks a dtype up in.
+
+    Example:
+        >>> import numpy as np, ml_dtypes
+        >>> table = carriers([np.dtype("float32"), np.dtype(ml_dtypes.bfloat16)])
+        >>> table[np.dtype("float32")], table[np.dtype(ml_dtypes.bfloat16)].torch
+        (None, torch.bfloat16)
+    """
+    table: dict[np.dtype[Any], Carrier | None] = {}
+    for dtype in dtypes:
+        carrier = None
+        if dtype.num >= _NPY_USERDEF:  # ml_dtypes' extension types (bfloat16, float8...)
+            carrier = Carrier(np.dtype(f"uint{8 * dtype.itemsize}"), getattr(torch, dtype.name))
+        table[dtype] = carrier
+    return table
+
+
+def _host_export_works() -> bool:
+    """Whether NumPy exports read-only arrays (DLPack 1.x) and torch imports them."""
+    try:
+        probe = np.zeros(1, np.uint8)
+        probe.flags.writeable = False
+        return bool(_from_capsule(probe.__dlpack__(max_version=(1, 0))).numel() == 1)
+    except (TypeError, BufferError, RuntimeError):  # pragma: no cover - older numpy/torch
+        return False
+
+
+#: Whether CPU arrays cross over through jaxlib's host view (see the module docstring).
+HOST_EXPORT = _host_export_works()
+
+
+def export_array(array: jax.Array, stream: Any, carrier: Carrier | None) -> torch.Tensor:
     """Alias ``array``'s bytes as a torch tensor, ordered after the computation producing it.
 
     ``stream``: the torch stream that must wait for the array (CUDA only; ``None`` means the
-    current stream). On CPU, this blocks until the array is ready.
+    current stream). On CPU, this blocks until the array is ready. ``carrier``: the
+    array's dtype's entry of :func:`carriers`.
 
     Raises:
         ShardedArrayError: the array spans several devices.
+        DeletedArrayError: the array was deleted (or donated).
     """
     if type(array.sharding) is not SingleDeviceSharding and len(array.sharding.device_set) != 1:
         raise ShardedArrayError(
@@ -291,10 +353,60 @@ def export_array(array: jax.Array, stream: Any) -> torch.Tensor:
             "a torch tensor aliases one device's memory. Pass one shard "
             "(array.addressable_shards[i].data)."
         )
-    on_gpu = array.platform() != "cpu"
+    if array.is_deleted():
+        raise DeletedArrayError(
+            f"to_torch: the array (shape={array.shape}, dtype={array.dtype}) was deleted "
+            "(array.delete(), or donated to a jitted function): it has no bytes to hand "
+            "over. Hand it over before deleting or donating it; the tensor then keeps the "
+            "bytes alive."
+        )
+    if array.platform() == "cpu":
+        if HOST_EXPORT:
+            tensor = _export_host(array, carrier)
+            if tensor is not None:
+                return tensor
+        return _export_shard(array, None, on_gpu=False)
+    return _export_shard(array, stream, on_gpu=True)
+
+
+def _export_host(array: jax.Array, carrier: Carrier | None) -> torch.Tensor | None:
+    """The tensor over jaxlib's host view of a CPU array, or ``None`` if that view is a copy."""
+    if not use_private_path:
+        host, copied = np.asarray(array), None
+    elif carrier is None:  # the buffer protocol: cheapest, and always zero-copy
+        try:
+            host, copied = np.asarray(memoryview(array)), False
+        except BufferError:  # a layout the buffer protocol cannot describe
+            return None
+    else:  # bfloat16, float8: the host view np.asarray is made of
+        host, copied = array._single_device_array_to_np_array_did_copy()  # type: ignore[attr-defined]
+    if carrier is not None:
+        host = host.view(carrier.host)
+    if use_private_path:
+        tensor: torch.Tensor = _from_capsule(host.__dlpack__(max_version=(1, 0)))
+    else:
+        tensor = torch.utils.dlpack.from_dlpack(host)
+    if not tensor.numel():  # NumPy exports an empty array with zero strides: make them dense
+        tensor = tensor.as_strided(tensor.shape, _dense_strides(tensor.shape))
+    elif copied or (copied is None and tensor.data_ptr() != array.unsafe_buffer_pointer()):
+        return None  # a host copy (a non-default layout): alias the buffer through DLPack
+    return tensor.view(carrier.torch) if carrier is not None else tensor
+
+
+def _dense_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= max(size, 1)
+    return tuple(reversed(strides))
+
+
+def _export_shard(array: jax.Array, stream: Any, *, on_gpu: bool) -> torch.Tensor:
+    """DLPack export of ``array.addressable_data(0)``, as JAX's own ``__dlpack__`` does."""
     if use_private_path:
         stream_ptr = _consumer_stream(array, stream) if on_gpu else None
-        return _from_capsule(_buffer_to_tensor(array, stream=stream_ptr))
+        shard = array.addressable_data(0)
+        return _from_capsule(_buffer_to_tensor(shard, stream=stream_ptr))
     ordered = torch.cuda.stream(stream) if on_gpu and stream is not None else None
     with ordered or contextlib.nullcontext():  # torch passes its current stream to JAX
         return torch.utils.dlpack.from_dlpack(array)

@@ -10,15 +10,20 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import jax
+import numpy as np
 import torch
 
 from . import _dlpack
-from ._jax_errors import (
+from ._device import same_device
+from ._errors import (
+    ConjugateBitError,
     GradientTrackedError,
-    LazyViewError,
+    NegativeBitError,
+    StreamDeviceError,
+    StreamTypeError,
     UnsupportedDtypeError,
     UnsupportedLayoutError,
     X64DisabledError,
@@ -48,6 +53,20 @@ SHARED_DTYPES = _torch_dtypes(
 #: Torch dtypes JAX imports only with x64 on (otherwise it would narrow them to 32 bits).
 WIDE_DTYPES = _torch_dtypes("int64", "uint64", "float64", "complex128")
 
+
+def _jax_dtypes(dtypes: frozenset[torch.dtype]) -> frozenset[np.dtype[Any]]:
+    names = (str(dtype).removeprefix("torch.") for dtype in dtypes)
+    return frozenset(
+        np.dtype(getattr(jax.numpy, name)) for name in names if hasattr(jax.numpy, name)
+    )
+
+
+#: JAX dtypes torch can alias through DLPack: the torch dtypes above, seen from JAX. Any
+#: other (``int4``, ``uint2``, ``float8_e3m4``, ``float4_e2m1fn``...) has no torch dtype.
+EXPORTABLE_DTYPES = _jax_dtypes(SHARED_DTYPES | WIDE_DTYPES)
+_CARRIERS = _dlpack.carriers(EXPORTABLE_DTYPES)
+_NOT_EXPORTABLE = object()
+
 _X64_HINT = (
     'Enable JAX\'s 64-bit mode before handing it over: jax.config.update("jax_enable_x64", '
     "True) at start-up, or JAX_ENABLE_X64=1 in the environment (or use a 32-bit dtype)."
@@ -55,16 +74,20 @@ _X64_HINT = (
 
 _STRIDED = torch.strided
 Fn = TypeVar("Fn", bound=Callable[..., Any])
+#: What ``stream=`` takes: a torch CUDA stream, or a CUDA stream handle.
+Stream = torch.cuda.Stream | int
 
 
-def to_jax(tensor: torch.Tensor, *, stream: torch.cuda.Stream | None = None) -> jax.Array:
+def to_jax(tensor: torch.Tensor, *, stream: Stream | None = None) -> jax.Array:
     """Hand a torch tensor (e.g. a workspace view) to JAX without copying it.
 
     The result aliases the tensor's bytes: ``result.unsafe_buffer_pointer() ==
     tensor.data_ptr()``, and torch writes made before a later ``to_jax`` of the same region
     are seen by that later array. Each call builds a fresh array (only device metadata is
     cached), so a handoff is never stale. Where aliasing is impossible the call raises
-    rather than copy; 64-bit data is never narrowed.
+    rather than copy; 64-bit data is never narrowed. Every refusal is a ``BufferError`` (as
+    torch's own ``__dlpack__`` refusals are) as well as the ``ValueError``/``TypeError``
+    named below.
 
     On CUDA the array is ordered after the work queued so far on ``stream`` (default: the
     tensor device's current torch stream) through a stream wait, not a host sync. Work that
@@ -74,7 +97,9 @@ def to_jax(tensor: torch.Tensor, *, stream: torch.cuda.Stream | None = None) -> 
     Args:
         tensor: a strided torch tensor on CPU or a CUDA device JAX can see. Any layout whose
             strides permute a dense layout works (contiguous, transposed, permuted).
-        stream: the torch CUDA stream that produced the data, when it is not the current one.
+        stream: the torch CUDA stream that produced the data, when it is not the current one
+            (a ``torch.cuda.Stream`` of the tensor's device, or its handle as an int).
+            ``None`` on CPU, where there are no streams.
 
     Returns:
         A ``jax.Array`` on the matching JAX device, same shape and dtype, same address.
@@ -86,8 +111,12 @@ def to_jax(tensor: torch.Tensor, *, stream: torch.cuda.Stream | None = None) -> 
         UnsupportedLayoutError: (a ``ValueError``) step/column slice, ``expand()``, sparse.
         MisalignedViewError: (a ``ValueError``) on CPU, an address not 64-byte aligned.
         DeviceNotVisibleError: (a ``ValueError``) a device this process's JAX cannot see.
-        LazyViewError: (a ``ValueError``) torch's conjugate or negative bit is set.
+        ConjugateBitError: (a ``LazyViewError``, ``ValueError``) torch's conjugate bit is set.
+        NegativeBitError: (a ``LazyViewError``, ``ValueError``) torch's negative bit is set.
         GradientTrackedError: (a ``ValueError``) the tensor requires grad.
+        StreamTypeError: (a ``TypeError``) ``stream`` is not a stream, a handle or ``None``.
+        StreamDeviceError: (a ``ValueError``) a stream for a CPU tensor, or a stream of
+            another device.
 
     Example:
         >>> import torch, interop
@@ -98,7 +127,7 @@ def to_jax(tensor: torch.Tensor, *, stream: torch.cuda.Stream | None = None) -> 
         >>> interop.to_jax(t[:, ::2])
         Traceback (most recent call last):
         ...
-        interop._jax_errors.UnsupportedLayoutError: to_jax: cannot alias tensor(...
+        interop.UnsupportedLayoutError: to_jax: cannot alias tensor(...
     """
     if not isinstance(tensor, torch.Tensor):
         raise TypeError(f"to_jax: expected a torch.Tensor, got {type(tensor).__name__}")
@@ -108,6 +137,8 @@ def to_jax(tensor: torch.Tensor, *, stream: torch.cuda.Stream | None = None) -> 
     target = _dlpack.target_for(tensor)
     if tensor.requires_grad or tensor.is_conj() or tensor.is_neg() or tensor.layout != _STRIDED:
         _refuse_flags(tensor)
+    if stream is not None:
+        stream = checked_stream(stream, tensor.device, "to_jax", "tensor")
     return _dlpack.import_tensor(tensor, target, stream)
 
 
@@ -136,30 +167,99 @@ def _refuse_flags(tensor: torch.Tensor) -> None:
             "to_jax: the tensor requires grad; JAX would share its data but autograd would "
             "not see what JAX does with it. Pass tensor.detach() (no copy) if you mean it."
         )
-    raise LazyViewError(
-        "to_jax: the tensor has torch's conjugate or negative bit set, so its bytes are not "
-        "its values; aliasing would hand JAX the wrong numbers. Call .resolve_conj() / "
-        ".resolve_neg() first (a copy)."
+    if tensor.is_conj():
+        raise ConjugateBitError(
+            f"to_jax: the {tensor.dtype} tensor has torch's conjugate bit set (a lazy "
+            "conj()): its bytes hold the unconjugated values, so aliasing would hand JAX "
+            "the wrong numbers. Call .resolve_conj() first (a copy)."
+        )
+    raise NegativeBitError(
+        f"to_jax: the {tensor.dtype} tensor has torch's negative bit set (a lazy "
+        "negation, e.g. of a conjugated imaginary part): its bytes hold the values with "
+        "the wrong sign, so aliasing would hand JAX the wrong numbers. Call .resolve_neg() "
+        "first (a copy)."
     )
 
 
-def to_torch(array: jax.Array, *, stream: torch.cuda.Stream | None = None) -> torch.Tensor:
+def checked_stream(
+    stream: object, device: torch.device, where: str, what: str
+) -> torch.cuda.Stream:
+    """``stream`` as the torch CUDA stream to order a handoff on; refused as torch's
+    ``__dlpack__`` refuses it.
+
+    Args:
+        stream: not ``None``: a ``torch.cuda.Stream`` or a CUDA stream handle (an int).
+        device: the device of the data handed over.
+        where: the public function, for the message (``"to_jax"``).
+        what: what is handed over, for the message (``"tensor"``).
+
+    Returns:
+        The stream (an int handle wrapped as ``torch.cuda.ExternalStream``).
+
+    Raises:
+        StreamTypeError: (``TypeError``) neither a stream nor a non-negative int.
+        StreamDeviceError: (``ValueError``) any stream for CPU data ("stream should be None
+            on cpu", as torch says), or a stream of another device than the data's.
+
+    Example:
+        >>> import torch
+        >>> checked_stream(0, torch.device("cpu"), "to_jax", "tensor")
+        Traceback (most recent call last):
+        ...
+        interop.StreamDeviceError: to_jax: stream=0 was given for a tensor on cpu, ...
+    """
+    is_handle = type(stream) is int and stream >= 0
+    if not (is_handle or isinstance(stream, torch.cuda.Stream)):
+        raise StreamTypeError(
+            f"{where}: stream must be None, a torch.cuda.Stream or a CUDA stream handle (a "
+            f"non-negative int), got {stream!r} ({type(stream).__name__})."
+        )
+    if device.type != "cuda":
+        raise StreamDeviceError(
+            f"{where}: stream={stream!r} was given for a {what} on {device}, but {device} "
+            f"work is not ordered by streams: stream should be None on {device.type}."
+        )
+    if is_handle:
+        return torch.cuda.ExternalStream(stream, device=device)  # type: ignore[no-untyped-call]
+    stream_device = cast(torch.cuda.Stream, stream).device
+    if same_device(stream_device, device):
+        return cast(torch.cuda.Stream, stream)
+    raise StreamDeviceError(
+        f"{where}: stream={stream!r} belongs to {stream_device}, but the {what} is on "
+        f"{device}; pass a stream of {device} (or None for its current stream)."
+    )
+
+
+def to_torch(array: jax.Array, *, stream: Stream | None = None) -> torch.Tensor:
     """Hand a JAX array to torch without copying it, after the computation that produced it.
 
     On CPU this waits until ``array`` is ready; on CUDA the consuming torch ``stream``
     (default: the current one) waits for it on the device, without a host sync. Writes
     through the returned tensor change the bytes the ("immutable") JAX array reads.
 
+    The tensor keeps the bytes alive as ``torch.from_dlpack`` does: deleting, donating or
+    garbage-collecting ``array`` afterwards leaves the tensor intact (a donated array is then
+    copied by JAX, since torch still uses its buffer). On CPU that holds even when every
+    array in ``jax.live_arrays()`` is deleted.
+
     Args:
-        array: a concrete, single-device ``jax.Array`` (not a tracer).
-        stream: the torch CUDA stream that will use the tensor, when not the current one.
+        array: a concrete, single-device ``jax.Array`` (not a tracer) whose dtype torch has.
+        stream: the torch CUDA stream that will use the tensor, when not the current one
+            (a ``torch.cuda.Stream`` of the array's device, or its handle as an int).
+            ``None`` on CPU, where there are no streams.
 
     Returns:
         A torch tensor aliasing the array's buffer (same address, shape and dtype).
 
     Raises:
         TypeError: ``array`` is not a concrete ``jax.Array`` (e.g. a tracer inside ``jit``).
+        UnsupportedDtypeError: (a ``TypeError``) a dtype torch has no equivalent of
+            (``int4``, ``uint2``, ``float8_e3m4``...).
         ShardedArrayError: (a ``ValueError``) the array spans several devices.
+        DeletedArrayError: (a ``RuntimeError``) the array was deleted or donated.
+        StreamTypeError: (a ``TypeError``) ``stream`` is not a stream, a handle or ``None``.
+        StreamDeviceError: (a ``ValueError``) a stream for a CPU array, or a stream of
+            another device.
 
     Example:
         >>> import jax.numpy as jnp, interop
@@ -167,13 +267,34 @@ def to_torch(array: jax.Array, *, stream: torch.cuda.Stream | None = None) -> to
         >>> t = interop.to_torch(a)
         >>> t.tolist(), t.data_ptr() == a.unsafe_buffer_pointer()
         ([0, 2, 4, 6], True)
+        >>> interop.to_torch(jnp.zeros(4, jnp.int4))
+        Traceback (most recent call last):
+        ...
+        interop.UnsupportedDtypeError: to_torch: JAX dtype int4 has no torch equivalent ...
     """
     if not _dlpack.is_array_impl(array):
         raise TypeError(
             f"to_torch: expected a concrete jax.Array, got {type(array).__name__}"
             + (" (a tracer: call to_torch outside jit)" if isinstance(array, jax.Array) else "")
         )
-    return _dlpack.export_array(array, stream)
+    carrier = _CARRIERS.get(array.dtype, _NOT_EXPORTABLE)
+    if carrier is _NOT_EXPORTABLE:
+        raise UnsupportedDtypeError(
+            f"to_torch: JAX dtype {array.dtype} has no torch equivalent that DLPack can "
+            f"carry. Supported: {', '.join(sorted(map(str, EXPORTABLE_DTYPES)))}. Convert "
+            "it first (array.astype(jnp.int8), a copy)."
+        )
+    if stream is not None:
+        stream = checked_stream(stream, _torch_device(array), "to_torch", "JAX array")
+    return _dlpack.export_array(array, stream, cast(_dlpack.Carrier | None, carrier))
+
+
+def _torch_device(array: jax.Array) -> torch.device:
+    """The torch device of a single-device array's memory (for the stream check)."""
+    if array.platform() == "cpu":
+        return torch.device("cpu")
+    device = next(iter(array.devices()))  # a sharded array is refused after this check
+    return torch.device("cuda", device.local_hardware_id)
 
 
 def _to_jax_leaf(leaf: Any) -> Any:

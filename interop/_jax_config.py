@@ -19,7 +19,7 @@ from collections.abc import Mapping
 
 import torch
 
-from ._jax_errors import JaxAlreadyStartedError, JaxPreallocationWarning, JaxSettingError
+from ._errors import JaxAlreadyStartedError, JaxPreallocationWarning, JaxSettingError
 
 PREALLOCATE = "XLA_PYTHON_CLIENT_PREALLOCATE"
 MEM_FRACTION = "XLA_PYTHON_CLIENT_MEM_FRACTION"

@@ -13,7 +13,12 @@ import pytest
 
 import interop
 from interop import _jax_config
-from interop._jax_config import MEM_FRACTION, PREALLOCATE, preallocation_notice
+from interop._jax_config import (
+    MEM_FRACTION,
+    PREALLOCATE,
+    preallocation_notice,
+    warn_if_jax_preallocates,
+)
 
 WILL = "will preallocate, at its first operation, 75%"
 NOTICES = [
@@ -54,15 +59,15 @@ def fresh_warning(monkeypatch):
 
 def test_warns_once_per_process_with_the_fix(fresh_warning):
     with pytest.warns(interop.JaxPreallocationWarning, match=r"configure_jax_for_sharing.*=false"):
-        assert interop.warn_if_jax_preallocates("cuda:0") is True
+        assert warn_if_jax_preallocates("cuda:0") is True
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert interop.warn_if_jax_preallocates("cuda:0") is False
+        assert warn_if_jax_preallocates("cuda:0") is False
 
 
 def test_warning_points_at_the_callers_caller(fresh_warning):
     def constructor():
-        interop.warn_if_jax_preallocates("cuda", stacklevel=3)
+        warn_if_jax_preallocates("cuda", stacklevel=3)
 
     with pytest.warns(interop.JaxPreallocationWarning) as record:
         constructor()  # the user's line
@@ -73,9 +78,9 @@ def test_warning_points_at_the_callers_caller(fresh_warning):
 def test_no_warning_for_cpu_or_when_preallocation_is_off(fresh_warning, monkeypatch):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert interop.warn_if_jax_preallocates("cpu") is False
+        assert warn_if_jax_preallocates("cpu") is False
         monkeypatch.setenv(PREALLOCATE, "false")
-        assert interop.warn_if_jax_preallocates("cuda") is False
+        assert warn_if_jax_preallocates("cuda") is False
 
 
 BAD_SETTINGS = [

@@ -98,27 +98,31 @@ Layout, Aligned, Device = (
     interop.MisalignedViewError,
     interop.DeviceNotVisibleError,
 )
-Lazy, Grad, Dtype, X64 = (
-    interop.LazyViewError,
+Conj, Neg, Grad, Dtype, X64 = (
+    interop.ConjugateBitError,
+    interop.NegativeBitError,
     interop.GradientTrackedError,
     interop.UnsupportedDtypeError,
     interop.X64DisabledError,
 )
+# id, what is handed over, error, builtin base, fragment of the message
 REFUSED = [
-    ("step-slice", lambda: _aligned()[::2], Layout, ValueError),
-    ("column-slice", lambda: _aligned().reshape(8, 8)[:, :4], Layout, ValueError),
-    ("expand", lambda: _aligned(8).reshape(1, 8).expand(4, 8), Layout, ValueError),
-    ("sparse-coo", lambda: torch.eye(3).to_sparse(), Layout, ValueError),
-    ("sparse-csr", lambda: torch.eye(3).to_sparse_csr(), Layout, ValueError),
-    ("misaligned-cpu", lambda: _aligned()[4:], Aligned, ValueError),
-    ("meta-device", lambda: torch.empty(4, device="meta"), Device, ValueError),
-    ("conjugate-bit", lambda: torch.ones(4, dtype=torch.complex64).conj(), Lazy, ValueError),
-    ("negative-bit", lambda: torch.ones(4)._neg_view(), Lazy, ValueError),
-    ("requires-grad", lambda: torch.ones(4, requires_grad=True), Grad, ValueError),
-    ("complex32", lambda: torch.ones(4, dtype=torch.complex32), Dtype, TypeError),
-    ("int64-x64-off", lambda: torch.arange(4), X64, TypeError),
-    ("float64-x64-off", lambda: torch.ones(4, dtype=torch.float64), X64, TypeError),
-    ("not-a-tensor", lambda: np.ones(4, np.float32), TypeError, TypeError),
+    ("step-slice", lambda: _aligned()[::2], Layout, ValueError, "dense strides"),
+    ("column-slice", lambda: _aligned().reshape(8, 8)[:, :4], Layout, ValueError, "strides"),
+    ("expand", lambda: _aligned(8).reshape(1, 8).expand(4, 8), Layout, ValueError, "strides"),
+    ("sparse-coo", lambda: torch.eye(3).to_sparse(), Layout, ValueError, "sparse_coo"),
+    ("sparse-csr", lambda: torch.eye(3).to_sparse_csr(), Layout, ValueError, "sparse_csr"),
+    ("misaligned-cpu", lambda: _aligned()[4:], Aligned, ValueError, "not aligned"),
+    ("meta-device", lambda: torch.empty(4, device="meta"), Device, ValueError, "'meta'"),
+    ("conjugate-bit", lambda: torch.ones(4, dtype=torch.complex64).conj(), Conj, ValueError,
+     "conjugate bit"),
+    ("negative-bit", lambda: torch.ones(4)._neg_view(), Neg, ValueError, "negative bit"),
+    ("negative-bit-complex", lambda: torch.ones(4, dtype=torch.complex64).conj().imag, Neg,
+     ValueError, "negative bit"),
+    ("requires-grad", lambda: torch.ones(4, requires_grad=True), Grad, ValueError, "detach"),
+    ("complex32", lambda: torch.ones(4, dtype=torch.complex32), Dtype, TypeError, "complex32"),
+    ("int64-x64-off", lambda: torch.arange(4), X64, TypeError, "torch.int64"),
+    ("float64-x64-off", lambda: torch.ones(4, dtype=torch.float64), X64, TypeError, "float64"),
 ]  # fmt: skip
 
 
@@ -126,14 +130,33 @@ REFUSED = [
 @pytest.mark.filterwarnings("ignore:ComplexHalf support is experimental")
 @pytest.mark.filterwarnings("ignore:Sparse CSR tensor support is in beta")
 @pytest.mark.parametrize(
-    ("make", "error", "builtin"), [r[1:] for r in REFUSED], ids=[r[0] for r in REFUSED]
+    ("make", "error", "builtin", "fragment"),
+    [r[1:] for r in REFUSED],
+    ids=[r[0] for r in REFUSED],
 )
-def test_refused_instead_of_copied(private, make, error, builtin):
+def test_refused_instead_of_copied(private, make, error, builtin, fragment):
     value = make()
     with handoff_path(private), pytest.raises(error) as info:
         interop.to_jax(value)
-    assert isinstance(info.value, builtin)
-    assert "to_jax" in str(info.value)
+    assert isinstance(info.value, builtin) and isinstance(info.value, BufferError)
+    assert "to_jax" in str(info.value) and fragment in str(info.value), str(info.value)
+
+
+def test_conjugate_and_negative_bits_are_told_apart():
+    with pytest.raises(interop.ConjugateBitError) as conj:
+        interop.to_jax(torch.ones(4, dtype=torch.complex64).conj())
+    with pytest.raises(interop.NegativeBitError) as neg:
+        interop.to_jax(torch.ones(4)._neg_view())
+    assert "conjugate bit" in str(conj.value) and "negative bit" not in str(conj.value)
+    assert "negative bit" in str(neg.value) and "conjugate bit" not in str(neg.value)
+    assert (conj.value.reason, neg.value.reason) == ("conjugate", "negative")
+    assert isinstance(conj.value, interop.LazyViewError)
+    assert isinstance(neg.value, interop.LazyViewError)
+
+
+def test_not_a_tensor_is_a_type_error():
+    with pytest.raises(TypeError, match=r"expected a torch\.Tensor, got ndarray"):
+        interop.to_jax(np.ones(4, np.float32))
 
 
 def test_x64_refusal_says_how_to_enable_it():
@@ -236,7 +259,8 @@ def test_sharded_array_is_refused():
         try:
             interop.to_torch(array)
         except interop.ShardedArrayError as err:
-            assert isinstance(err, ValueError)
+            assert isinstance(err, ValueError) and isinstance(err, BufferError)
+            assert err.__cause__ is None and err.__context__ is None
             print("refused")
         """
     )

@@ -1,0 +1,277 @@
+"""Every error the shell raises: one class per failure kind, each with a ``reason``.
+
+Each class subclasses :class:`functional_ws.WorkspaceError` and the builtin that the peer
+API raises for the same failure, so existing ``except`` clauses keep working:
+
+- the handoff (``to_jax``, ``to_torch``, ``jax_call``): every refusal is a ``BufferError``,
+  as torch's and JAX's own ``__dlpack__`` refusals are (``except BufferError`` is how callers
+  fall back to a copy), and also the ``ValueError`` / ``TypeError`` / ``RuntimeError`` that
+  JAX's ``from_dlpack(copy=False)`` raises for it;
+- JAX's memory settings (``configure_jax_for_sharing``);
+- the allocators (``allocator=`` and what an allocator returned);
+- devices (``WorkspaceManager(device)``, growth during CUDA graph capture);
+- the module-level API and persistent tensors.
+
+``reason`` is a short machine-readable class attribute. Every class here is re-exported by
+:mod:`interop` and prints under that public path (``interop.LazyViewError``).
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from functional_ws import WorkspaceError
+
+# ----- the torch <-> JAX handoff -----
+
+
+class HandoffError(WorkspaceError):
+    """Base class of the JAX interop errors (``to_jax``, ``to_torch``, ``jax_call``, settings)."""
+
+    reason: ClassVar[str] = "handoff"
+
+
+class ZeroCopyError(HandoffError, ValueError, BufferError):
+    """The handoff would need a copy; it is refused instead of copying silently."""
+
+    reason = "copy"
+
+
+class UnsupportedLayoutError(ZeroCopyError):
+    """The tensor's strides are not a permutation of a dense layout (step slice, expand...)."""
+
+    reason = "layout"
+
+
+class MisalignedViewError(ZeroCopyError):
+    """JAX cannot alias the pointer (on CPU it needs 64-byte alignment)."""
+
+    reason = "alignment"
+
+
+class DeviceNotVisibleError(ZeroCopyError):
+    """The tensor lives on a device that this process's JAX has no backend for."""
+
+    reason = "device"
+
+
+class LazyViewError(ZeroCopyError):
+    """The tensor has one of torch's lazy bits set: its bytes are not its values."""
+
+    reason = "lazy"
+
+
+class ConjugateBitError(LazyViewError):
+    """The tensor has torch's conjugate bit set (a lazy ``conj()``)."""
+
+    reason = "conjugate"
+
+
+class NegativeBitError(LazyViewError):
+    """The tensor has torch's negative bit set (a lazy negation)."""
+
+    reason = "negative"
+
+
+class ShardedArrayError(ZeroCopyError):
+    """The JAX array spans several devices; one torch tensor cannot alias it."""
+
+    reason = "sharded"
+
+
+class GradientTrackedError(HandoffError, ValueError, BufferError):
+    """The tensor requires grad; JAX would see its data but autograd would not see JAX."""
+
+    reason = "grad"
+
+
+class X64DisabledError(HandoffError, TypeError, BufferError):
+    """A 64-bit tensor while JAX's x64 mode is off: JAX would narrow it to 32 bits."""
+
+    reason = "x64"
+
+
+class UnsupportedDtypeError(HandoffError, TypeError, BufferError):
+    """The dtype has no equivalent on the other side of DLPack (``complex32``, ``int4``...)."""
+
+    reason = "dtype"
+
+
+class StreamTypeError(HandoffError, TypeError, BufferError):
+    """``stream=`` is neither ``None``, a ``torch.cuda.Stream`` nor a stream handle (int)."""
+
+    reason = "stream-type"
+
+
+class StreamDeviceError(HandoffError, ValueError, BufferError):
+    """``stream=`` cannot order this handoff: a CPU handoff takes no stream, and a CUDA
+    handoff takes a stream of the data's own device."""
+
+    reason = "stream-device"
+
+
+class DeletedArrayError(HandoffError, RuntimeError, BufferError):
+    """The JAX array was deleted (``delete()`` or donation): it has no bytes to hand over."""
+
+    reason = "deleted"
+
+
+class JaxSettingError(HandoffError, ValueError):
+    """An argument of ``configure_jax_for_sharing`` is out of range or inconsistent."""
+
+    reason = "setting"
+
+
+class JaxAlreadyStartedError(HandoffError, RuntimeError):
+    """JAX's backend is already running, so its memory settings can no longer change."""
+
+    reason = "started"
+
+
+class JaxPreallocationWarning(UserWarning):
+    """JAX has taken (or will take at its first operation) most of the GPU's memory."""
+
+
+# ----- allocators -----
+
+
+class AllocatorError(WorkspaceError):
+    """Base class of the errors about ``allocator=`` and what an allocator returned."""
+
+    reason: ClassVar[str] = "allocator"
+
+
+class UnknownAllocatorError(AllocatorError, ValueError):
+    """``allocator=`` is a string that names no built-in allocator."""
+
+    reason = "name"
+
+
+class AllocatorNotCallableError(AllocatorError, TypeError):
+    """``allocator=`` is neither a built-in's name nor a callable."""
+
+    reason = "callable"
+
+
+class AllocationTypeError(AllocatorError, TypeError):
+    """The allocator returned something that is not a ``uint8`` torch tensor."""
+
+    reason = "type"
+
+
+class AllocationNotTensorError(AllocationTypeError):
+    """The allocator returned something that is not a ``torch.Tensor``."""
+
+    reason = "type"
+
+
+class AllocationDtypeError(AllocationTypeError):
+    """The allocator returned a tensor whose dtype is not ``torch.uint8``."""
+
+    reason = "dtype"
+
+
+class AllocationValueError(AllocatorError, ValueError):
+    """The allocator returned a ``uint8`` tensor the workspace cannot use as its buffer."""
+
+    reason = "value"
+
+
+class AllocationShapeError(AllocationValueError):
+    """The allocator returned a tensor that is not 1-D."""
+
+    reason = "ndim"
+
+
+class AllocationSizeError(AllocationValueError):
+    """The allocator returned fewer bytes than asked for."""
+
+    reason = "size"
+
+
+class AllocationDeviceError(AllocationValueError):
+    """The allocator returned a tensor on another device than the workspace's."""
+
+    reason = "device"
+
+
+class AllocationLayoutError(AllocationValueError):
+    """The allocator returned a tensor that is not contiguous."""
+
+    reason = "layout"
+
+
+class AllocationNegativeBitError(AllocationValueError):
+    """The allocator returned a tensor with torch's negative bit set: its bytes are not its
+    values, and every view carved from it would fail."""
+
+    reason = "negative"
+
+
+class AllocationOverlapError(AllocationValueError):
+    """The allocator returned memory that another slot of the same workspace is using."""
+
+    reason = "overlap"
+
+
+# ----- devices -----
+
+
+class UnknownDeviceError(WorkspaceError, RuntimeError):
+    """``device`` is not a device torch knows (``RuntimeError``, as ``torch.device`` raises)."""
+
+    reason: ClassVar[str] = "unknown-device"
+
+
+class DeviceUnavailableError(WorkspaceError, RuntimeError):
+    """``device`` is a device type torch knows, but this process cannot use it (no CUDA in
+    this torch build, no GPU visible, or an index past the device count)."""
+
+    reason: ClassVar[str] = "unavailable"
+
+
+class GrowthDuringCaptureError(WorkspaceError, RuntimeError):
+    """A workspace would grow while the current CUDA stream is capturing a graph.
+
+    A captured graph keeps raw addresses; growing would free the buffer the graph writes to
+    (vLLM #52553). A ``RuntimeError``, like the errors torch raises for operations that are
+    not allowed during capture. Reserve the worst case (``reserve``) and ``lock()`` before
+    capturing.
+    """
+
+    reason: ClassVar[str] = "capture"
+
+
+# ----- the module-level API and persistent tensors -----
+
+
+class NotInitializedError(WorkspaceError, AssertionError):
+    """A module-level workspace function was called before ``init_workspace_manager``."""
+
+    reason: ClassVar[str] = "not-initialized"
+
+
+class PersistentMismatchError(WorkspaceError, ValueError):
+    """A persistent tensor was requested again with another shape or dtype."""
+
+    reason: ClassVar[str] = "persistent-mismatch"
+
+
+#: Every class above, as :mod:`interop` exports it.
+PUBLIC_ERRORS: tuple[type[Exception], ...] = (
+    HandoffError, ZeroCopyError, UnsupportedLayoutError, MisalignedViewError,
+    DeviceNotVisibleError, LazyViewError, ConjugateBitError, NegativeBitError,
+    ShardedArrayError, GradientTrackedError, X64DisabledError, UnsupportedDtypeError,
+    StreamTypeError, StreamDeviceError, DeletedArrayError, JaxSettingError,
+    JaxAlreadyStartedError, JaxPreallocationWarning,
+    AllocatorError, UnknownAllocatorError, AllocatorNotCallableError, AllocationTypeError,
+    AllocationNotTensorError, AllocationDtypeError, AllocationValueError, AllocationShapeError,
+    AllocationSizeError, AllocationDeviceError, AllocationLayoutError,
+    AllocationNegativeBitError, AllocationOverlapError,
+    UnknownDeviceError, DeviceUnavailableError, GrowthDuringCaptureError,
+    NotInitializedError, PersistentMismatchError,
+)  # fmt: skip
+
+for _error in PUBLIC_ERRORS:  # tracebacks print the public path, interop.LazyViewError
+    _error.__module__ = "interop"
+del _error
