@@ -1,29 +1,52 @@
 """The slots' device buffers: carrying out the growth the core plans, and carving views.
 
-One aligned ``uint8`` buffer per slot, from the manager's allocator (``_allocators.py``),
-always allocated inside ``alloc_context()``. With the built-in allocators, growth follows the
-original's order for each slot: drop the old buffer, empty the accelerator cache, allocate
-the new one. A callable allocator's new buffers are all allocated (and validated) first, so
-a refused result changes nothing. Retired buffers that something still holds are reported.
+One aligned ``uint8`` buffer per slot, from the manager's allocator (``_allocators.py``).
+The manager enters ``alloc_context()`` before anything is released and calls
+:meth:`SlotBuffers.grow` inside it. With the built-in allocators, each slot follows the
+original's order: drop the old buffer, empty the accelerator cache, allocate the new one.
+If that allocation fails, the old capacity is allocated again where possible, and the core
+(:func:`functional_ws.after_failed_growth`) says what the state becomes. A callable
+allocator's buffers are allocated (and validated) before anything is released
+(:meth:`SlotBuffers.prepare`), so a refused result changes nothing.
+
+Views are carved with one ``as_strided`` over a typed alias of the buffer (one alias per
+dtype, made on first use), which costs about a fifth of the original's slice,
+``view(dtype)`` and ``reshape``.
 """
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Callable
-from contextlib import AbstractContextManager
-from typing import Any, cast
+import os
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import torch
 
-from functional_ws import Growth, ViewSpec, WorkspaceState
+import functional_ws as fws
+from functional_ws import Growth, Slot, WorkspaceState
 
 from ._allocators import Allocation, SlotAllocator
-from ._device import empty_device_cache, refuse_growth_during_capture
+from ._device import empty_device_cache
 from ._diagnostics import caller_origin, debug_enabled, logger
 from ._retired import RetiredBuffers
 
 _MB = 1024 * 1024
+
+
+def device_memory(device: torch.device) -> int | None:
+    """The total memory of ``device`` in bytes (a slot can never hold more), or ``None``.
+
+    CUDA: the device's total memory; CPU: the machine's physical memory.
+    """
+    if device.type == "cuda" and torch.cuda.is_available():
+        index = torch.cuda.current_device() if device.index is None else device.index
+        return int(torch.cuda.get_device_properties(index).total_memory)
+    if device.type == "cpu":
+        try:
+            return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        except (AttributeError, ValueError, OSError):  # not a POSIX system
+            return None
+    return None
 
 
 class SlotBuffers:
@@ -33,34 +56,53 @@ class SlotBuffers:
         device: where buffers live.
         count: number of slots.
         alignment: every buffer's ``data_ptr()`` is a multiple of it.
-        alloc_context: factory of the context each buffer is allocated in.
         allocator: provides each buffer (``SlotAllocator()`` is torch's).
     """
 
     def __init__(
-        self,
-        device: torch.device,
-        count: int,
-        alignment: int,
-        alloc_context: Callable[[], AbstractContextManager[Any]],
-        allocator: SlotAllocator,
+        self, device: torch.device, count: int, alignment: int, allocator: SlotAllocator
     ) -> None:
         self.device = device
         self.retired = RetiredBuffers()
         self.allocator = allocator
         self._alignment = alignment
-        self._alloc_context = alloc_context
         self._buffers: list[torch.Tensor | None] = [None] * count
         self._owners: list[Any] = [None] * count  # what owns each buffer's memory (a jax.Array)
+        # Per slot, per dtype: the buffer seen as that dtype, and its first element's offset.
+        self._aliases: list[dict[Any, tuple[torch.Tensor, int] | None]] = [{} for _ in range(count)]
         self._empty: torch.Tensor | None = None
+        self._retiring: list[Any] = []  # records to report once the caller's lock is released
+        self._resized: list[tuple[str, Slot, int, int]] = []  # growths for the debug log
 
     def buffer(self, index: int) -> torch.Tensor | None:
-        """Slot ``index``'s buffer, ``None`` before its first growth."""
+        """Slot ``index``'s buffer, ``None`` while it has none."""
         return self._buffers[index]
 
-    def owner(self, index: int) -> Any:
-        """What owns slot ``index``'s memory (the JAX array with ``"jax"``), else ``None``."""
-        return self._owners[index]
+    def buffers(self) -> list[torch.Tensor | None]:
+        """Every slot's buffer, in slot order (a new list)."""
+        return list(self._buffers)
+
+    # ----- growth -----
+
+    def prepare(self, growth: Growth, state: WorkspaceState) -> dict[Slot, Allocation] | None:
+        """For an allocator that allocates before releasing (a callable), the new buffers of
+        ``growth``, allocated and validated now; ``None`` for the built-ins, which allocate
+        in :meth:`grow`, after releasing. ``state`` says where each slot is stored.
+
+        A new buffer must not overlap a buffer another slot keeps, nor another new one.
+
+        Raises:
+            AllocatorError: a result that cannot be a buffer (nothing has changed).
+        """
+        if self.allocator.releases_first:
+            return None
+        growing = {state.index(slot) for slot, _ in growth}
+        kept = [b for i, b in enumerate(self._buffers) if b is not None and i not in growing]
+        fresh: dict[Slot, Allocation] = {}
+        for slot, nbytes in growth:
+            in_use = kept + [allocation.buffer for allocation in fresh.values()]
+            fresh[slot] = self._allocate(nbytes, in_use)
+        return fresh
 
     def grow(
         self,
@@ -68,6 +110,7 @@ class SlotBuffers:
         new: WorkspaceState,
         growth: Growth,
         released: Callable[[int], None],
+        prepared: Mapping[Slot, Allocation] | None = None,
     ) -> tuple[WorkspaceState, BaseException | None]:
         """Reallocate the buffers ``growth`` names, going from state ``old`` to ``new``.
 
@@ -78,98 +121,217 @@ class SlotBuffers:
             released: called with a slot's index once its old buffer is dropped, before
                 anything is allocated: the caller drops its own references (memoised views)
                 there, so that the retired-buffer report sees only outside holders.
+            prepared: the new buffers :meth:`prepare` made, if any.
 
         Returns:
-            ``(state, error)``: the state to install and ``None``, or, when an allocation
-            failed, the state that describes the buffers as they now are and the error to
-            raise after installing it. Releasing first (the built-ins), the failed slot is
-            empty, as the original left it, and slots grown before it keep their new
-            buffers; allocating first (a callable), that state is ``old``: nothing changed.
-
-        Raises:
-            GrowthDuringCaptureError: the current CUDA stream is capturing; nothing changed.
+            ``(state, error)``: ``new`` and ``None``; or, when an allocation failed, the
+            state that describes the buffers as they now are (decided by
+            :func:`functional_ws.after_failed_growth`) and the error to raise after
+            installing it, with a note saying what happened to the slot.
         """
-        refuse_growth_during_capture(self.device, *growth[0])
-        if self.allocator.releases_first:
-            grown: list[int] = []
-            for slot, nbytes in growth:
-                index = new.index(slot)
-                try:
-                    self._release(index, slot, released)
-                    self._install(index, self._allocate(nbytes))
-                except BaseException as err:  # out of memory, alloc_context failed, interrupted
-                    return _after_failed_growth(old, new, grown, index), err
-                grown.append(index)
-        else:
-            try:
-                fresh = [self._allocate(nbytes) for _, nbytes in growth]
-            except BaseException as err:  # refused or failed: nothing has changed
-                return old, err
-            for (slot, _), allocation in zip(growth, fresh, strict=True):
-                index = new.index(slot)
+        held: dict[Slot, int] = {}
+        for slot, nbytes in growth:
+            index = new.index(slot)
+            if prepared is not None:
                 self._release(index, slot, released)
-                self._install(index, allocation)
+                self._install(index, prepared[slot])
+                held[slot] = nbytes
+                continue
+            previous = old.slots[index].capacity
+            self._release(index, slot, released)
+            held[slot] = 0
+            try:
+                self._install(index, self._allocate(nbytes, self._others(index)))
+            except BaseException as err:  # out of memory, a bad result, interrupted
+                held[slot] = self._restore(index, previous)
+                _explain(err, slot, nbytes, previous, held[slot])
+                return fws.after_failed_growth(old, new, held), err
+            held[slot] = nbytes
         if debug_enabled():
             origin = caller_origin()
-            for slot, nbytes in growth:
-                logger.info(
-                    "[WORKSPACE DEBUG] Resized workspace from '%s': %.2f MB -> %.2f MB "
-                    "(ubatch %d, lane %d)",
-                    origin,
-                    old.slots[new.index(slot)].capacity / _MB,
-                    nbytes / _MB,
-                    *slot,
-                )
+            self._resized += [
+                (origin, slot, old.slots[new.index(slot)].capacity, nbytes)
+                for slot, nbytes in growth
+            ]
         return new, None
+
+    def report(self) -> None:
+        """Warn about retired buffers that outside views still pin, and write the debug log
+        of the last growths. Call it after releasing any lock: logging runs handlers."""
+        if not self._retiring and not self._resized:
+            return
+        retiring, self._retiring = self._retiring, []
+        for record in retiring:
+            self.retired.report(record)
+        resized, self._resized = self._resized, []
+        for origin, slot, before, after in resized:
+            logger.info(
+                "[WORKSPACE DEBUG] Resized workspace from '%s': %.2f MB -> %.2f MB "
+                "(ubatch %d, lane %d)",
+                origin,
+                before / _MB,
+                after / _MB,
+                *slot,
+            )
+
+    def _restore(self, index: int, capacity: int) -> int:
+        """Allocate ``capacity`` bytes again for slot ``index``; the capacity it holds now."""
+        if capacity == 0:
+            return 0
+        try:
+            self._install(index, self._allocate(capacity, self._others(index)))
+        except BaseException:  # the device is full: the slot stays empty, the error says so
+            return 0
+        return capacity
 
     def _release(self, index: int, slot: tuple[int, int], released: Callable[[int], None]) -> None:
         """Drop slot ``index``'s buffer (reporting it if something else holds it)."""
         retiring = self._buffers[index]
         self._buffers[index] = self._owners[index] = None
+        self._aliases[index] = {}
         released(index)
-        if retiring is not None:
-            record = self.retired.retire(slot, retiring)
-            del retiring
-            self.retired.report(record)
-        empty_device_cache(self.device)
+        if retiring is not None and _held_elsewhere(retiring):
+            self._retiring.append(self.retired.retire(slot, retiring))
+        del retiring
+        if self.device.type != "cpu":
+            empty_device_cache(self.device)
 
-    def _allocate(self, nbytes: int) -> Allocation:
-        with self._alloc_context():
-            return self.allocator.allocate(nbytes, self.device, self._alignment)
+    def _allocate(self, nbytes: int, in_use: Sequence[torch.Tensor]) -> Allocation:
+        return self.allocator.allocate(nbytes, self.device, self._alignment, in_use=in_use)
+
+    def _others(self, index: int) -> list[torch.Tensor]:
+        """The buffers of every slot but ``index`` (a new buffer must not overlap them)."""
+        return [b for i, b in enumerate(self._buffers) if b is not None and i != index]
 
     def _install(self, index: int, allocation: Allocation) -> None:
         self._buffers[index] = allocation.buffer
         self._owners[index] = allocation.owner
 
-    def carve(self, index: int, offset: int, spec: ViewSpec) -> torch.Tensor:
-        """The view the original built (slice, ``view(dtype)``, ``view(shape)``), to memoise.
+    # ----- views -----
 
-        Carved outside inference mode whatever the caller's mode: a view carved inside it
-        would not share the buffer's version counter, and every view made from it later
-        would lose autograd's in-place checks. (A buffer allocated in inference mode is an
-        inference tensor, and so are its views, as in the original.)
+    def carve(
+        self, index: int, offsets: Sequence[int], requests: Sequence[tuple[Any, Any]]
+    ) -> list[torch.Tensor]:
+        """The views of ``requests`` (plain ``(shape, dtype)`` pairs, validated by the core) at
+        byte ``offsets`` of slot ``index``'s buffer.
+
+        One ``as_strided`` per view over a typed alias of the buffer where the buffer's
+        start allows one (always for the built-in allocators); otherwise the original's
+        slice, ``view(dtype)`` and ``view(shape)``. Carved outside inference mode whatever
+        the caller's mode: a view carved inside it would not share the buffer's version
+        counter, and every view made from it later would lose autograd's in-place checks.
+        (A buffer allocated in inference mode is an inference tensor, and so are its views,
+        as in the original.) The views share a base (the alias): memoise them and hand out
+        ``view.view(view.dtype)`` of each (:func:`fresh`).
         """
+        if torch.is_inference_mode_enabled():
+            with torch.inference_mode(False):
+                return self.carve(index, offsets, requests)
+        aliases = self._aliases[index]
+        views = []
+        for offset, (shape, dtype) in zip(offsets, requests, strict=True):
+            alias = aliases[dtype] if dtype in aliases else self._alias(index, dtype)
+            itemsize = dtype.itemsize
+            if alias is None or offset % itemsize:
+                views.append(self._slice(index, offset, shape, dtype))
+                continue
+            if len(shape) == 1:
+                strides: tuple[int, ...] = (1,)
+            elif len(shape) == 2:
+                strides = (shape[1] or 1, 1)
+            else:
+                strides = _contiguous_strides(shape)
+            views.append(_as_strided(alias[0], shape, strides, alias[1] + offset // itemsize))
+        return views
+
+    def _slice(self, index: int, offset: int, shape: tuple[int, ...], dtype: Any) -> torch.Tensor:
+        """The original's way: slice the bytes, view them as the dtype, then the shape."""
         buffer = self._buffers[index]
-        if buffer is None:  # a slot never grown serves only empty views
+        if buffer is None:  # a slot without a buffer serves only empty views
             if self._empty is None:
                 self._empty = torch.empty((0,), dtype=torch.uint8, device=self.device)
             buffer = self._empty
-        with torch.inference_mode(False):
-            piece = buffer[offset : offset + spec.nbytes]
-            return piece.view(cast(torch.dtype, spec.dtype)).view(spec.shape)
+        nbytes = dtype.itemsize
+        for dim in shape:
+            nbytes *= dim
+        return buffer[offset : offset + nbytes].view(dtype).view(shape)
+
+    def _alias(self, index: int, dtype: Any) -> tuple[torch.Tensor, int] | None:
+        """Slot ``index``'s buffer seen as ``dtype`` (every whole element of it) and its
+        first element's offset in the storage; ``None`` where the buffer's offset in its
+        storage is not a multiple of the itemsize (then views are sliced instead)."""
+        buffer = self._buffers[index]
+        alias = None
+        itemsize = dtype.itemsize
+        if buffer is not None and buffer.storage_offset() % itemsize == 0:
+            usable = buffer.numel() - buffer.numel() % itemsize
+            try:
+                if dtype is torch.uint8:
+                    typed = buffer
+                else:
+                    typed = (buffer if usable == buffer.numel() else buffer[:usable]).view(dtype)
+                alias = (typed, int(typed.storage_offset()))
+            except RuntimeError:  # a dtype torch cannot view bytes as: slice instead
+                alias = None
+        self._aliases[index][dtype] = alias
+        return alias
 
 
-def _after_failed_growth(
-    old: WorkspaceState, new: WorkspaceState, grown: list[int], failed: int
-) -> WorkspaceState:
-    """The state after a growth that failed while (re)allocating slot ``failed``.
+_as_strided = torch.as_strided
+_use_count = getattr(torch._C, "_storage_Use_Count", None)
 
-    Records facts, decides nothing: slots in ``grown`` hold their new buffers; the failed
-    slot holds none (its old buffer was dropped first), so capacity 0 and no retained span;
-    every other slot is as before.
+
+def _held_elsewhere(buffer: torch.Tensor) -> bool:
+    """Whether something besides ``buffer`` itself holds its storage (a view kept across
+    calls, an array imported from one), once the manager dropped its own references.
+
+    A count of the storage's owners: ``buffer``, the block it was sliced from (its
+    ``_base``, when the allocator over-allocated to align it) and the storage object asked
+    for here are the manager's own. Only a buffer held elsewhere is watched
+    (:class:`RetiredBuffers`); a buffer nothing holds is freed now, and watching it would
+    cost a weak reference per growth. Where torch has no such count, every retired buffer
+    is watched.
     """
-    slots = list(old.slots)
-    for i in grown:
-        slots[i] = new.slots[i]
-    slots[failed] = dataclasses.replace(old.slots[failed], capacity=0, retained=None)
-    return dataclasses.replace(old, slots=tuple(slots))
+    if _use_count is None:
+        return True
+    own = 3 if buffer._base is not None else 2
+    return bool(_use_count(buffer.untyped_storage()._cdata) > own)
+
+
+def fresh(views: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """A new tensor over each of ``views`` (``view.view(view.dtype)``): no view relation to
+    the shared alias, so what a caller does to it reaches no other call's views."""
+    return [view.view(view.dtype) for view in views]
+
+
+def _contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    strides = [1] * len(shape)
+    step = 1
+    for i in range(len(shape) - 1, 0, -1):
+        step *= max(shape[i], 1)
+        strides[i - 1] = step
+    return tuple(strides)
+
+
+def _explain(err: BaseException, slot: Slot, nbytes: int, previous: int, held: int) -> None:
+    """Add a note to ``err`` saying what the failed growth did to ``slot``."""
+    if held:
+        outcome = (
+            f"a buffer of its old capacity ({previous} bytes) was allocated again, so the "
+            "slot keeps working; its bytes are new, so its retained span was dropped "
+            "(get_retained reports it not intact)"
+        )
+    elif previous:
+        outcome = (
+            f"allocating its old capacity ({previous} bytes) again failed too, so the slot "
+            "has no buffer now (capacity 0); its next request allocates one"
+        )
+    else:
+        outcome = "the slot had no buffer before and has none now"
+    note = (
+        f"functional-ws: growing workspace slot {slot} to {nbytes} bytes failed after its "
+        f"old buffer was released; {outcome}."
+    )
+    add_note = getattr(err, "add_note", None)
+    if add_note is not None:  # Python 3.11+
+        add_note(note)

@@ -15,6 +15,9 @@ from contextvars import ContextVar, Token
 from types import TracebackType
 
 from functional_ws import InvalidSlotError
+from functional_ws._checks import check_int
+
+from ._compile import run_eagerly_under_compile
 
 #: ``(ubatch, lane)`` of the current execution context; ubatch ``None`` outside any
 #: :func:`use_workspace_ubatch` block (then the provider, or 0, says). One variable, not two:
@@ -26,13 +29,10 @@ provider: Callable[[], int] | None = None
 
 
 def _check_index(name: str, value: object) -> int:
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise InvalidSlotError(f"Workspace {name} must be an int, got {value!r}.")
-    if value < 0:
-        raise InvalidSlotError(f"Workspace {name} must be non-negative, got {value}.")
-    return value
+    return check_int(value, f"Workspace {name}", error=InvalidSlotError)
 
 
+@run_eagerly_under_compile
 class _Selection:
     """A ``with`` block that sets the ubatch (``part`` 0) or the lane (1), then restores both."""
 
@@ -149,12 +149,9 @@ def provided_ubatch() -> int:
     """The ubatch outside any :func:`use_workspace_ubatch` block: the provider's, else 0."""
     if provider is None:
         return 0
-    ubatch = provider()
-    if not isinstance(ubatch, int) or isinstance(ubatch, bool) or ubatch < 0:
-        raise InvalidSlotError(
-            f"the ubatch provider {provider!r} must return a non-negative int, got {ubatch!r}."
-        )
-    return ubatch
+    return check_int(
+        provider(), f"the ubatch provider {provider!r}'s result", error=InvalidSlotError
+    )
 
 
 def current_index(num_ubatches: int, num_lanes: int) -> int:

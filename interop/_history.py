@@ -1,31 +1,19 @@
 """A recorded history of a manager's calls, for stepping through a warm-up in a notebook.
 
-Recording swaps instance attributes in for the public methods while it is on, so a manager
-that is not recording pays nothing for the feature on its hot path.
+A manager that is not recording pays one test of an empty list per public call; while a
+recording is on, its public methods route through :meth:`Recorder.call`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import itertools
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from functional_ws import Slot, WorkspaceState, diff
-
-#: The calls a history records (the nested calls they make are not recorded twice).
-RECORDED = (
-    "get_simultaneous",
-    "try_get_simultaneous",
-    "get_retained",
-    "get_persistent",
-    "get_persistent_resource",
-    "reserve",
-    "lock",
-    "unlock",
-    "load_plan",
-)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,42 +77,70 @@ def _short(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-@contextmanager
-def recording(manager: Any, current_slot: Callable[[], Slot]) -> Iterator[History]:
-    """Record ``manager``'s public calls until the block ends.
+class Recorder:
+    """The recordings running on one manager, and the wrapper its public methods call.
 
-    Args:
-        manager: the manager (anything with ``.state`` and the methods in :data:`RECORDED`).
-        current_slot: how to tell the slot a call runs in.
+    A manager checks :attr:`active` (a list, empty unless something records) at the top
+    of each public method; only while it is non-empty do calls go through :meth:`call`.
+    Every call from every thread is appended to every active history; calls a public
+    method makes to another one (``get_persistent`` calling ``get_persistent_resource``)
+    are recorded once, as the outer call (a depth count per thread). Recordings nest: each
+    receives everything made inside its block.
 
-    Yields:
-        The :class:`History`, filled as calls are made; it starts with the current state.
+    Attributes:
+        active: the histories recording now, in the order their blocks began.
     """
-    history = History([Record("start", current_slot(), manager.state)])
-    depth = [0]
 
-    def wrap(name: str, method: Callable[..., Any]) -> Callable[..., Any]:
-        def recorded(*args: Any, **kwargs: Any) -> Any:
-            depth[0] += 1
-            error = None
-            try:
-                return method(*args, **kwargs)
-            except Exception as err:
-                error = f"{type(err).__name__}: {err}"
-                raise
-            finally:
-                depth[0] -= 1
-                if depth[0] == 0:
-                    call = _describe(name, args, kwargs)
-                    history.append(Record(call, current_slot(), manager.state, error))
+    def __init__(self, current_slot: Callable[[], Slot]) -> None:
+        self.active: list[History] = []
+        self._current_slot = current_slot
+        self._lock = threading.Lock()
+        self._depth = threading.local()
 
-        recorded.__name__ = name
-        return recorded
+    def outermost(self) -> bool:
+        """Whether the calling thread is outside every recorded call (so a public method
+        it enters now is recorded; one entered from inside another is not)."""
+        return not getattr(self._depth, "value", 0)
 
-    for name in RECORDED:
-        setattr(manager, name, wrap(name, getattr(manager, name)))
-    try:
-        yield history
-    finally:
-        for name in RECORDED:
-            delattr(manager, name)
+    def call(
+        self,
+        manager: Any,
+        name: str,
+        method: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> Any:
+        """Run ``method(*args, **kwargs)`` and record it (if it is the outermost call)."""
+        depth = getattr(self._depth, "value", 0)
+        self._depth.value = depth + 1
+        error = None
+        try:
+            return method(*args, **kwargs)
+        except Exception as err:
+            error = f"{type(err).__name__}: {err}"
+            raise
+        finally:
+            self._depth.value = depth
+            if depth == 0:
+                record = Record(
+                    _describe(name, args, kwargs), self._current_slot(), manager.state, error
+                )
+                with self._lock:
+                    for history in self.active:
+                        history.append(record)
+
+    @contextmanager
+    def recording(self, manager: Any) -> Iterator[History]:
+        """Record ``manager``'s public calls until the block ends.
+
+        Yields:
+            The :class:`History`, filled as calls are made; it starts with the current state.
+        """
+        history = History([Record("start", self._current_slot(), manager.state)])
+        with self._lock:
+            self.active.append(history)
+        try:
+            yield history
+        finally:
+            with self._lock:
+                self.active[:] = [h for h in self.active if h is not history]

@@ -9,10 +9,10 @@ from typing import Any
 import torch
 
 import functional_ws as fws
-from functional_ws import NotInitializedError
 
 from ._allocators import AllocatorArg
 from ._diagnostics import logger
+from ._errors import NotInitializedError
 from ._manager import WorkspaceManager
 
 _manager: WorkspaceManager | None = None
@@ -77,7 +77,7 @@ def current_workspace_manager() -> WorkspaceManager:
         >>> current_workspace_manager()
         Traceback (most recent call last):
         ...
-        functional_ws._errors.NotInitializedError: WorkspaceManager not initialized. ...
+        interop.NotInitializedError: WorkspaceManager not initialized. ...
     """
     if _manager is None:
         raise NotInitializedError(
@@ -101,12 +101,37 @@ def lock_workspace() -> None:
     """Lock the workspace to prevent growth or new persistent resources.
 
     Call it after warm-up, when every slot has seen its largest requests (or after
-    :meth:`WorkspaceManager.reserve`); later requests must fit.
+    :func:`reserve_workspace`); later requests must fit.
 
     Raises:
         NotInitializedError: (``AssertionError``) no manager.
     """
     current_workspace_manager().lock()
+
+
+def reserve_workspace(*shapes_and_dtypes: tuple[tuple[int, ...], torch.dtype]) -> None:
+    """Pre-allocate room for these views, taken together, in every ubatch slot.
+
+    :meth:`WorkspaceManager.reserve` on the current manager (upstream vLLM's
+    ``reserve_workspace``, which ``lock_workspace``'s docstring tells users to call during
+    initialisation). Idempotent; call it before :func:`lock_workspace`.
+
+    Raises:
+        NotInitializedError: (``AssertionError``) no manager.
+        WorkspaceLockedError: (``AssertionError``) locked and a slot would have to grow.
+        InvalidSpecError: (``ValueError``) a malformed pair.
+
+    Example:
+        >>> import torch
+        >>> from interop import (current_workspace_manager, init_workspace_manager,
+        ...                      reserve_workspace, reset_workspace_manager)
+        >>> init_workspace_manager("cpu", num_ubatches=2)
+        >>> reserve_workspace(((1000,), torch.uint8), ((8,), torch.float32))
+        >>> [s.capacity for s in current_workspace_manager().stats().slots]
+        [1280, 1280]
+        >>> reset_workspace_manager()
+    """
+    current_workspace_manager().reserve(*shapes_and_dtypes)
 
 
 def unlock_workspace() -> None:

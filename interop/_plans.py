@@ -2,42 +2,81 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-
-import torch
+import secrets
+import stat
 
 import functional_ws as fws
-from functional_ws import InvalidSpecError, WorkspaceState
+from functional_ws import InvalidPlanError, WorkspaceState
 
 
 def save_plan(state: WorkspaceState, path: str | os.PathLike[str]) -> None:
-    """Write ``state``'s plan (:func:`functional_ws.to_dict`) to ``path`` as JSON."""
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(fws.to_dict(state), f, indent=1)
+    """Write ``state``'s plan (:func:`functional_ws.to_dict`) to ``path`` as JSON, atomically.
 
+    The JSON goes to a new file beside ``path`` (same folder, so the same file system),
+    flushed and ``fsync``-ed, which ``os.replace`` then puts in place: ``path`` holds the
+    previous plan or the new one, never a part. A write that fails (a full disk, an
+    interrupt) leaves the previous plan as it was and removes the new file. A new plan
+    gets the permissions ``open`` would give it; one that replaces a plan keeps its
+    permissions; a symbolic link is followed (its target is replaced).
 
-def reserve_plan(
-    state: WorkspaceState, path: str | os.PathLike[str]
-) -> tuple[WorkspaceState, bool]:
-    """``state`` with every slot reserved to the capacity the plan at ``path`` lists.
-
-    Returns:
-        ``(new_state, locked)``: ``locked`` says whether the plan was saved locked.
+    Args:
+        state: the state whose plan to write.
+        path: where; its folder must exist and be writable.
 
     Raises:
-        InvalidSpecError: (``ValueError``) a malformed plan, or one made for another number
-            of ubatches or lanes, or another alignment.
-        WorkspaceLockedError: ``state`` is locked and a slot would have to grow.
+        OSError: the plan could not be written (the previous one, if any, is unchanged).
+
+    Example:
+        >>> import json, os, pathlib, tempfile
+        >>> import functional_ws as fws
+        >>> path = pathlib.Path(tempfile.mkdtemp(), "plan.json")
+        >>> save_plan(fws.initial_state(2, 1), path)
+        >>> json.loads(path.read_text())["num_ubatches"], os.listdir(path.parent)
+        (2, ['plan.json'])
     """
-    with open(path, encoding="utf-8") as f:
-        plan = fws.from_dict(json.load(f))
-    for name in ("num_ubatches", "num_lanes", "alignment"):
-        if getattr(plan, name) != getattr(state, name):
-            raise InvalidSpecError(
-                f"plan {os.fspath(path)!r} has {name}={getattr(plan, name)}, but this "
-                f"manager has {name}={getattr(state, name)}."
-            )
-    for slot, planned in zip(plan.all_slots(), plan.slots, strict=True):
-        state = fws.reserve(state, [((planned.capacity,), torch.uint8)], [slot])
-    return state, plan.locked
+    target = os.path.realpath(path)
+    folder, name = os.path.split(target)
+    partial = os.path.join(folder, f".{name}.{secrets.token_hex(6)}.partial")
+    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # umask applies
+    try:
+        with open(fd, "w", encoding="utf-8") as f:
+            json.dump(fws.to_dict(state), f, indent=1)
+            f.flush()
+            with contextlib.suppress(FileNotFoundError):
+                os.chmod(partial, stat.S_IMODE(os.stat(target).st_mode))  # keep a plan's mode
+            os.fsync(f.fileno())
+        os.replace(partial, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(partial)
+        raise
+
+
+def load_plan(path: str | os.PathLike[str]) -> WorkspaceState:
+    """The plan saved at ``path`` (:func:`functional_ws.from_dict` of its JSON).
+
+    Raises:
+        InvalidPlanError: (``ValueError``) naming the file: it cannot be read as UTF-8 JSON
+            (empty, truncated, not UTF-8, nested too deeply), or its data is not a plan
+            (the message then names the field, see :func:`functional_ws.from_dict`).
+        OSError: the file cannot be opened.
+    """
+    where = os.fspath(path)
+    with open(path, "rb") as f:
+        raw = f.read()
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as err:
+        raise InvalidPlanError(f"plan file {where!r} is not UTF-8 text ({err}).") from None
+    except json.JSONDecodeError as err:
+        what = "empty" if not raw.strip() else f"not valid JSON ({err})"
+        raise InvalidPlanError(f"plan file {where!r} is {what}.") from None
+    except RecursionError:
+        raise InvalidPlanError(f"plan file {where!r} is nested too deeply to be a plan.") from None
+    try:
+        return fws.from_dict(data)
+    except InvalidPlanError as err:
+        raise InvalidPlanError(f"plan file {where!r}: {err}") from None

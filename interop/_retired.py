@@ -9,18 +9,54 @@ The weak reference is to the buffer's *storage*, not to the tensor object: views
 ``view(dtype)`` do not keep the original tensor object alive (measured: a weak reference to
 it dies at once while the views live on), but every view and every DLPack capsule keeps the
 storage alive. Nothing here runs on the hot path.
+
+The records stay bounded without anyone calling ``stats()``: dead ones are dropped whenever
+the list reaches twice the number found alive at the last sweep (at least
+:data:`SWEEP_AT_LEAST`), so each growth costs amortised constant time and, with no views
+held, a manager keeps at most that many records however often it grows.
+
+Under ``torch.compile`` the manager's methods run eagerly (``_compile.py``), but between
+graphs Dynamo passes the values live at a graph break to the function that resumes after
+it, which holds them until it returns: a view the code dropped (``ws.get_retained(...)[1]``)
+pins its buffer until the compiled function returns. So a buffer retired inside a compiled
+function is not warned about (``stats()`` still counts it while it is pinned). And nothing
+is recorded while Dynamo traces: the buffer it traces may be a fake tensor.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import sys
+import threading
+from types import FrameType
 
 import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 
-from functional_ws import format_bytes
+from functional_ws.display import format_bytes
 
 from ._diagnostics import logger
+
+#: The fewest records kept before dead ones are swept out.
+SWEEP_AT_LEAST = 16
+#: How Dynamo names the functions that resume a compiled function after a graph break.
+RESUME_PREFIX = "torch_dynamo_resume_in_"
+
+
+class StorageRef(StorageWeakRef):
+    """torch's ``StorageWeakRef``, whose finaliser tolerates a construction that never ran.
+
+    ``StorageWeakRef.__del__`` assumes ``__init__`` finished; an instance made by
+    ``__new__`` alone (as Dynamo's polyfill for class instantiation does before a graph
+    break) printed ``Exception ignored in: StorageWeakRef.__del__ ... AttributeError``.
+    """
+
+    __slots__ = ()
+
+    def __del__(self) -> None:
+        free = getattr(self, "_free_weak_ref", None)  # set last in __init__, after cdata
+        if free is not None:
+            free(self.cdata)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,27 +74,70 @@ class RetiredBuffer:
 
 
 class RetiredBuffers:
-    """The buffers growth retired that may still be alive."""
+    """The buffers growth retired that may still be alive (thread-safe, bounded).
+
+    Example:
+        >>> import torch
+        >>> retired = RetiredBuffers()
+        >>> buffer = torch.empty(512, dtype=torch.uint8)
+        >>> view = buffer[:4]
+        >>> record = retired.retire((0, 0), buffer)
+        >>> del buffer
+        >>> [r.nbytes for r in retired.pinned()]
+        [512]
+        >>> del view
+        >>> retired.pinned(), len(retired)
+        ([], 0)
+    """
 
     def __init__(self) -> None:
         self._records: list[RetiredBuffer] = []
+        self._sweep_at = SWEEP_AT_LEAST
+        self._lock = threading.Lock()
 
-    def retire(self, slot: tuple[int, int], buffer: torch.Tensor) -> RetiredBuffer:
-        """Start watching ``buffer``; the caller then drops its own references to it."""
+    def __len__(self) -> int:
+        """Records kept: those alive at the last sweep and those retired since."""
+        return len(self._records)
+
+    def retire(self, slot: tuple[int, int], buffer: torch.Tensor) -> RetiredBuffer | None:
+        """Start watching ``buffer``; the caller then drops its own references to it.
+
+        Args:
+            slot: the ``(ubatch, lane)`` whose buffer this was.
+            buffer: the buffer being replaced.
+
+        Returns:
+            The record to :meth:`report` once the caller's references are gone, or ``None``
+            while Dynamo traces (nothing is watched then).
+        """
+        if torch.compiler.is_compiling():
+            return None
         storage = buffer.untyped_storage()
-        weak = StorageWeakRef(storage)  # type: ignore[no-untyped-call]
+        weak = StorageRef(storage)  # type: ignore[no-untyped-call]
         record = RetiredBuffer(slot, storage.nbytes(), weak)
-        self._records.append(record)
+        with self._lock:
+            self._records.append(record)
+            if len(self._records) >= self._sweep_at:
+                self._sweep()
         return record
 
     def pinned(self) -> list[RetiredBuffer]:
         """The retired buffers still alive (forgetting those that were freed)."""
-        self._records = [r for r in self._records if r.pinned]
-        return list(self._records)
+        with self._lock:
+            self._sweep()
+            return list(self._records)
 
-    def report(self, record: RetiredBuffer) -> None:
-        """Log a warning if ``record``'s buffer outlived the manager's references to it."""
-        if not record.pinned:
+    def _sweep(self) -> None:
+        """Drop the records of freed buffers (the caller holds the lock)."""
+        self._records = [r for r in self._records if r.pinned]
+        self._sweep_at = max(SWEEP_AT_LEAST, 2 * len(self._records))
+
+    def report(self, record: RetiredBuffer | None) -> None:
+        """Log a warning if ``record``'s buffer outlived the manager's references to it.
+
+        Not inside a function ``torch.compile`` runs, whose resume functions may hold it.
+        """
+        if record is None or not record.pinned or _inside_compiled_function():
             return
         logger.warning(
             "Workspace slot %s (ubatch, lane) grew, but its retired buffer of %s (%d bytes) "
@@ -69,3 +148,13 @@ class RetiredBuffers:
             format_bytes(record.nbytes),
             record.nbytes,
         )
+
+
+def _inside_compiled_function() -> bool:
+    """Whether a function Dynamo resumes after a graph break is on the calling stack."""
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name.startswith(RESUME_PREFIX):
+            return True
+        frame = frame.f_back
+    return False

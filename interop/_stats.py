@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from functional_ws import WorkspaceState, format_bytes
+from functional_ws import WorkspaceState
+from functional_ws.display import format_bytes
 
 from ._retired import RetiredBuffer
 

@@ -1,13 +1,16 @@
-"""Shared test configuration: Hypothesis profiles.
+"""Shared test configuration: Hypothesis profiles, the test device, the allocator fixture.
 
 ``ci`` (the default, used by ``make test``): derandomized, a fixed budget, so runs on a noisy
 2-core machine are reproducible. ``dev``: deeper, random; ``HYPOTHESIS_PROFILE=dev pytest``.
-The ``allocator`` fixture runs a test once per workspace allocator.
+The façade's tests run on :data:`TEST_DEVICE` (``FUNCTIONAL_WS_TEST_DEVICE=cuda`` runs them on
+a GPU; a test module takes it with ``from conftest import TEST_DEVICE``). The ``allocator``
+fixture runs a test once per workspace allocator.
 """
 
 import os
 
 import pytest
+import torch
 from _allocators import ALLOCATORS, CHOSEN
 from hypothesis import HealthCheck, settings
 
@@ -24,6 +27,27 @@ settings.register_profile(
     "dev", max_examples=1000, stateful_step_count=80, deadline=None, print_blob=True
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+def _test_device() -> torch.device:
+    """``FUNCTIONAL_WS_TEST_DEVICE`` as a torch device (``cpu`` when unset)."""
+    name = os.environ.get("FUNCTIONAL_WS_TEST_DEVICE", "cpu")
+    try:
+        return torch.device(name)
+    except RuntimeError as err:
+        raise pytest.UsageError(
+            f"FUNCTIONAL_WS_TEST_DEVICE={name!r} is not a torch device ({err}); "
+            "use e.g. cpu or cuda."
+        ) from None
+
+
+#: The device the façade's tests run on.
+TEST_DEVICE = _test_device()
+#: Marks a test that runs only with ``FUNCTIONAL_WS_TEST_DEVICE=cuda`` on a CUDA machine.
+needs_cuda = pytest.mark.skipif(
+    TEST_DEVICE.type != "cuda" or not torch.cuda.is_available(),
+    reason="needs FUNCTIONAL_WS_TEST_DEVICE=cuda and a CUDA device",
+)
 
 
 @pytest.fixture(params=list(ALLOCATORS))

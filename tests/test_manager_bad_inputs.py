@@ -2,17 +2,17 @@
 and value, and a manager that lost nothing (state, retained bytes, persistent contents)."""
 
 import json
-import os
 
 import numpy as np
 import pytest
 import torch
 from _allocators import workspace
+from conftest import TEST_DEVICE as DEVICE
 
+import functional_ws as fws
 import interop
 from interop import WorkspaceManager, use_workspace_lane, use_workspace_ubatch
 
-DEVICE = torch.device(os.environ.get("FUNCTIONAL_WS_TEST_DEVICE", "cpu"))
 F32, U8 = torch.float32, torch.uint8
 
 
@@ -38,13 +38,28 @@ def _with_provider(value):
 def _load(text):
     def run(ws, tmp_path):
         path = tmp_path / "plan.json"
-        path.write_text(text)
+        path.write_bytes(text if isinstance(text, bytes) else text.encode())
         return ws.load_plan(path)
 
     return run
 
 
-_other_plan = json.dumps(WorkspaceManager("cpu", num_ubatches=2, num_lanes=3).state.to_dict())
+def _plan(**changes):
+    """The plan of a 2 x 2 manager with ``changes`` applied (a callable edits the dict)."""
+    data = fws.to_dict(WorkspaceManager("cpu", num_ubatches=2, num_lanes=2).state)
+    for name, value in changes.items():
+        if callable(value):
+            value(data)
+        else:
+            data[name] = value
+    return json.dumps(data)
+
+
+def _slot0(**fields):
+    return lambda data: data["slots"][0].update(fields)
+
+
+_other_plan = json.dumps(fws.to_dict(WorkspaceManager("cpu", num_ubatches=2, num_lanes=3).state))
 
 # id, call(ws) or call(ws, tmp_path), locked first?, error type, fragments of the message
 CASES = [
@@ -96,7 +111,7 @@ CASES = [
     ("locked-reserve", lambda ws: ws.reserve(((4096,), U8)), True, AssertionError,
      ["Workspace is locked"]),
     ("reserve-bad-request", lambda ws: ws.reserve(((-3,), U8)), False, ValueError,
-     ["requests[0]", "-3"]),
+     ["shapes_and_dtypes[0]", "-3"]),
     ("reserve-bad-slot", lambda ws: ws.reserve(((3,), U8), slots=[(0, 7)]), False,
      RuntimeError, ["lane 7", "is not configured"]),
     ("reserve-slots-not-a-list", lambda ws: ws.reserve(((3,), U8), slots=5), False,
@@ -112,6 +127,26 @@ CASES = [
     ("plan-not-json", _load("{"), False, ValueError, ["Expecting"]),
     ("plan-malformed", _load('{"format": "nope"}'), False, ValueError, ["format", "'nope'"]),
     ("plan-other-lanes", _load(_other_plan), False, ValueError, ["num_lanes=3"]),
+    ("plan-empty", _load(""), False, ValueError, ["plan.json", "empty"]),
+    ("plan-truncated", _load(_plan()[:40]), False, ValueError, ["plan.json", "not valid JSON"]),
+    ("plan-not-utf8", _load(b"\xff\xfe{}"), False, ValueError, ["plan.json", "UTF-8"]),
+    ("plan-deeply-nested", _load("[" * 100_000 + "]" * 100_000), False, ValueError,
+     ["plan.json", "nested too deeply"]),
+    ("plan-slot-twice", _load(_plan(x=lambda d: d["slots"].__setitem__(1, d["slots"][0]))),
+     False, ValueError, ["plan.json", "(0, 0)", "a second time"]),
+    ("plan-capacity-2**63", _load(_plan(x=_slot0(capacity=2**63, growths=1))), False,
+     ValueError, ["plan.json", "['capacity']", str(2**63)]),
+    ("plan-capacity-2**200", _load(_plan(x=_slot0(capacity=2**200, growths=1))), False,
+     ValueError, ["plan.json", "['capacity']"]),
+    ("plan-high-water-above-capacity",
+     _load(_plan(x=_slot0(capacity=512, high_water=1024, growths=1))), False, ValueError,
+     ["plan.json", "high_water", "above"]),
+    ("plan-capacity-without-growth", _load(_plan(x=_slot0(capacity=512, growths=0))), False,
+     ValueError, ["plan.json", "growths 0"]),
+    ("plan-2**40-ubatches", _load(_plan(num_ubatches=2**40)), False, ValueError,
+     ["plan.json", "num_ubatches", "slots"]),
+    ("plan-2**62-lanes", _load(_plan(num_lanes=2**62)), False, ValueError,
+     ["plan.json", "num_lanes"]),
 ]  # fmt: skip
 
 
@@ -177,6 +212,12 @@ CONSTRUCTION = [
      ["provider", "5"]),
     ("init-no-lanes", lambda: interop.init_workspace_manager(DEVICE, num_lanes=0), ValueError,
      ["at least one"]),
+    ("2**40-ubatches", lambda: WorkspaceManager(DEVICE, num_ubatches=2**40), ValueError,
+     ["num_ubatches", "slots"]),
+    ("2**62-lanes", lambda: WorkspaceManager(DEVICE, num_lanes=2**62), ValueError,
+     ["num_lanes", "slots"]),
+    ("init-2**40-ubatches", lambda: interop.init_workspace_manager(DEVICE, num_ubatches=2**40),
+     ValueError, ["num_ubatches"]),
 ]  # fmt: skip
 
 

@@ -3,11 +3,12 @@ CUDA graph capture is refused, and a growth's peak memory stays at the new buffe
 
 import gc
 import logging
-import os
 
 import pytest
 import torch
 from _allocators import workspace
+from conftest import TEST_DEVICE as DEVICE
+from conftest import needs_cuda
 
 from interop import (
     GrowthDuringCaptureError,
@@ -15,12 +16,7 @@ from interop import (
     use_workspace_ubatch,
 )
 
-DEVICE = torch.device(os.environ.get("FUNCTIONAL_WS_TEST_DEVICE", "cpu"))
 U8 = torch.uint8
-needs_cuda = pytest.mark.skipif(
-    DEVICE.type != "cuda" or not torch.cuda.is_available(),
-    reason="needs FUNCTIONAL_WS_TEST_DEVICE=cuda and a CUDA device",
-)
 
 
 @pytest.fixture
@@ -98,8 +94,11 @@ def test_a_jax_array_imported_from_a_view_pins_the_retired_buffer(warnings_log):
 
 def test_growth_during_capture_is_refused_and_changes_nothing(monkeypatch):
     # Without a GPU, pretend one is capturing: the check runs before any allocation.
-    ws = WorkspaceManager(torch.device("cuda"))
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr("interop._manager.device_memory", lambda device: None)
+    ws = WorkspaceManager(torch.device("cuda"))
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
     before = ws.state
     with pytest.raises(GrowthDuringCaptureError, match="captured") as info:

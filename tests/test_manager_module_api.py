@@ -1,10 +1,10 @@
 """The original's module-level singleton functions, and the pinned public names of the façade."""
 
 import logging
-import os
 
 import pytest
 import torch
+from conftest import TEST_DEVICE as DEVICE
 
 import interop
 from interop import (
@@ -16,8 +16,6 @@ from interop import (
     reset_workspace_manager,
     unlock_workspace,
 )
-
-DEVICE = torch.device(os.environ.get("FUNCTIONAL_WS_TEST_DEVICE", "cpu"))
 
 FACADE_NAMES = {
     "GrowthDuringCaptureError", "InvalidSlotError", "InvalidSpecError",

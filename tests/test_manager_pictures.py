@@ -27,8 +27,9 @@ def test_last_layouts_and_spans_feed_the_pictures():
     assert "(intact)" in html
     ws.get_simultaneous(((1600,), torch.uint8))  # reaches into the tail
     assert "(clobbered)" in ws._repr_html_()
-    fig = fws.plot(ws)
+    fig = ws.plot()
     assert "unlocked" in fig.axes[0].get_title()
+    assert fig.axes[0].get_title() == fws.plot(ws.state).axes[0].get_title()
 
 
 def test_recording_keeps_calls_states_and_refusals():

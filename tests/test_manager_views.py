@@ -12,13 +12,12 @@ it too or allow it.
 
 import contextlib
 import itertools
-import os
 
 import pytest
 import torch
 from _allocators import workspace
+from conftest import TEST_DEVICE as DEVICE
 
-DEVICE = torch.device(os.environ.get("FUNCTIONAL_WS_TEST_DEVICE", "cpu"))
 pytestmark = pytest.mark.usefixtures("allocator")  # every allocator's buffers, the same uses
 SPEC = ((4, 4), torch.float32)
 OFFSET = 256  # the view under test is the second one: ((8,), uint8) comes first

@@ -8,14 +8,19 @@ import functional_ws
 import functional_ws.testing
 
 CORE_NAMES = {
-    "Change", "Diff", "Segment", "SlotPicture", "diff", "plot", "render_html", "slot_pictures",
-    "Growth", "GrowthPolicy", "InvalidSlotError", "InvalidSpecError", "LaneNotConfiguredError",
-    "Layout", "NotInitializedError", "PersistentKeyLockedError", "PersistentMismatchError",
-    "Slot", "SlotState", "Span", "UbatchNotConfiguredError", "ViewSpec", "WorkspaceError",
-    "WorkspaceLockedError", "WorkspaceState", "acquire", "claim", "format_bytes", "from_dict",
-    "growth_between", "initial_state", "lock", "make_spec", "render", "replay_acquire",
-    "replay_retain", "reserve", "retain", "round_down", "round_up", "to_dict", "unlock",
+    "CapacityLimitError", "Change", "Diff", "Growth", "GrowthPolicy", "InvalidConfigError",
+    "InvalidPlanError", "InvalidSlotError", "InvalidSpecError", "LaneNotConfiguredError",
+    "Layout", "PersistentKeyLockedError", "Slot", "SlotState", "Span",
+    "UbatchNotConfiguredError", "ViewSpec", "WorkspaceError", "WorkspaceLockedError",
+    "WorkspaceState", "acquire", "after_failed_growth", "apply_plan", "claim", "diff",
+    "display", "from_dict", "initial_state", "lock", "plot", "render", "render_html",
+    "replay", "reserve", "retain", "to_dict", "unlock",
 }  # fmt: skip
+DISPLAY_NAMES = {
+    "COLOURS", "Segment", "SlotPicture", "dtype_colour", "format_bytes", "plot", "render",
+    "render_html", "slot_pictures",
+}  # fmt: skip
+REPLAY_NAMES = {"fit", "replay_acquire", "replay_retain"}
 TESTING_NAMES = {
     "DEFAULT_DTYPES", "Transitions", "WorkspaceMachine", "WorkspaceModel", "dtypes", "keys",
     "shapes", "slots", "spec_lists", "specs",
@@ -23,19 +28,24 @@ TESTING_NAMES = {
 
 
 INTEROP_NAMES = {
-    "AllocationTypeError", "AllocationValueError", "AllocatorError", "AllocatorNotCallableError",
-    "DeviceNotVisibleError", "GradientTrackedError", "GrowthDuringCaptureError", "HandoffError",
-    "History", "InvalidSlotError", "InvalidSpecError", "JaxAlreadyStartedError",
-    "JaxPreallocationWarning", "JaxSettingError", "LaneNotConfiguredError", "LazyViewError",
-    "MisalignedViewError", "NotInitializedError", "PersistentKeyLockedError",
-    "PersistentMismatchError", "Record", "ShardedArrayError", "SlotStats",
-    "UbatchNotConfiguredError", "UnknownAllocatorError", "UnsupportedDtypeError",
-    "UnsupportedLayoutError", "WorkspaceError", "WorkspaceLockedError", "WorkspaceManager",
-    "WorkspaceStats", "X64DisabledError", "ZeroCopyError", "configure_jax_for_sharing",
-    "current_slot", "current_workspace_manager", "init_workspace_manager",
-    "is_workspace_manager_initialized", "jax_call", "lock_workspace", "reset_workspace_manager",
-    "set_ubatch_provider", "to_jax", "to_torch", "unlock_workspace", "use_workspace_lane",
-    "use_workspace_ubatch", "warn_if_jax_preallocates",
+    "AllocationDeviceError", "AllocationDtypeError", "AllocationLayoutError",
+    "AllocationNegativeBitError", "AllocationNotTensorError", "AllocationOverlapError",
+    "AllocationShapeError", "AllocationSizeError", "AllocationTypeError",
+    "AllocationValueError", "AllocatorError", "AllocatorNotCallableError",
+    "CapacityLimitError", "ConjugateBitError", "DeletedArrayError", "DeviceNotVisibleError",
+    "DeviceUnavailableError", "GradientTrackedError", "GrowthDuringCaptureError",
+    "HandoffError", "History", "InvalidConfigError", "InvalidPlanError", "InvalidSlotError",
+    "InvalidSpecError", "JaxAlreadyStartedError", "JaxPreallocationWarning", "JaxSettingError",
+    "LaneNotConfiguredError", "LazyViewError", "MisalignedViewError", "NegativeBitError",
+    "NotInitializedError", "PersistentKeyLockedError", "PersistentMismatchError", "Record",
+    "ShardedArrayError", "SlotStats", "StreamDeviceError", "StreamTypeError",
+    "UbatchNotConfiguredError", "UnknownAllocatorError", "UnknownDeviceError",
+    "UnsupportedDtypeError", "UnsupportedLayoutError", "WorkspaceError",
+    "WorkspaceLockedError", "WorkspaceManager", "WorkspaceStats", "X64DisabledError",
+    "ZeroCopyError", "configure_jax_for_sharing", "current_slot", "current_workspace_manager",
+    "init_workspace_manager", "is_workspace_manager_initialized", "jax_call", "lock_workspace",
+    "reserve_workspace", "reset_workspace_manager", "set_ubatch_provider", "to_jax",
+    "to_torch", "unlock_workspace", "use_workspace_lane", "use_workspace_ubatch",
 }  # fmt: skip
 
 
@@ -49,6 +59,8 @@ def test_interop_public_names_are_pinned():
 
 def test_public_names_are_pinned():
     assert set(functional_ws.__all__) == CORE_NAMES
+    assert set(functional_ws.display.__all__) == DISPLAY_NAMES
+    assert set(functional_ws.replay.__all__) == REPLAY_NAMES
     assert set(functional_ws.testing.__all__) == TESTING_NAMES
     for name in functional_ws.__all__:
         assert hasattr(functional_ws, name), name
