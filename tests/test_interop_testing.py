@@ -7,19 +7,25 @@ reported with its symptom after a shrunk sequence of at most five calls.
 """
 
 import contextlib
+import re
+import subprocess
+import sys
+import textwrap
 
 import _managers as m
 import pytest
 from hypothesis import settings
+from test_stateful_core import IMPORT_WITHOUT_HYPOTHESIS
 
 import interop
 import interop.testing
-from interop.testing import PROPERTIES, WorkspaceAPIMachine, check_workspace
+from interop.testing import PROPERTIES, MachineConfig, WorkspaceAPIMachine, check_workspace
 from interop.testing._check import _default
 from interop.testing._probe import misaligned_view
 
 #: The loaded profile without the explain phase; one failure reported, not a group.
 ONE_BUG = settings(_default(), report_multiple_bugs=False)
+QUICK = settings(ONE_BUG, max_examples=20, stateful_step_count=20)
 MAX_STEPS = 5
 ALL_BUT_ABSOLUTE = [p for p in PROPERTIES if p != "absolute_alignment"]
 ORIGINAL_SLOTS = {
@@ -30,7 +36,8 @@ ORIGINAL_SLOTS = {
 def _steps(err: BaseException) -> list[str]:
     """The calls of the shrunk example Hypothesis printed in the exception's notes."""
     notes = getattr(err, "__notes__", [])
-    return [n for n in notes if n.startswith("state.") and n != "state.teardown()"]
+    skip = ("state.new_manager()", "state.teardown()")
+    return [n for n in notes if n.startswith("state.") and n not in skip]
 
 
 def _fails(factory, symptom: str, **kwargs) -> AssertionError:
@@ -43,8 +50,8 @@ def _fails(factory, symptom: str, **kwargs) -> AssertionError:
 
 def test_public_names_are_pinned():
     assert set(interop.testing.__all__) == {
-        "DESCRIPTIONS", "MachineConfig", "PROPERTIES", "WorkspaceAPI", "WorkspaceAPIMachine",
-        "check_workspace", "make_machine",
+        "DESCRIPTIONS", "MachineConfig", "PROPERTIES", "ReferenceWorkspaceManager",
+        "WorkspaceAPI", "WorkspaceAPIMachine", "check_workspace", "make_machine",
     }  # fmt: skip
     assert PROPERTIES == (
         "shapes", "containment", "disjoint", "relative_alignment", "absolute_alignment",
@@ -84,6 +91,11 @@ def test_original_algorithm_fails_absolute_alignment_on_cpu():
         **ORIGINAL_SLOTS,
     )
     assert _steps(err) == ["state.check_absolute_alignment()"]
+    # The notes show the calls the check made, the last one the misaligned view.
+    calls = [n for n in err.__notes__ if n.startswith("  fresh manager ")]
+    assert calls and re.match(
+        r"  fresh manager \d+: get_\w+\(.*\) -> data_ptr\(\) % 256 == \[(64|128|192)", calls[-1]
+    ), calls
 
 
 def test_absolute_alignment_probe_never_passes_relative_alignment_by_luck():
@@ -104,7 +116,7 @@ LANES = {"num_lanes": 2, "use_lane": m.use_lane}
 @pytest.mark.parametrize(
     ("manager", "families", "symptom", "slots"),
     [
-        pytest.param(m.WrongShape, ["shapes"], r"view 0 has shape \(1,\)", {}, id="shapes"),
+        pytest.param(m.WrongShape, ["shapes"], r"view \d has shape \(\d+,\)", {}, id="shapes"),
         pytest.param(m.StrayView, ["containment"], "lies in another buffer", {}, id="containment"),
         pytest.param(m.OverlappingViews, ["disjoint"], r"view 0 .* and view 1 .* overlap", {},
                      id="disjoint-one-call"),
@@ -170,5 +182,86 @@ def test_bad_arguments_are_refused_by_name(kwargs, error, match):
 
 
 def test_the_machine_needs_a_configuration():
-    with pytest.raises(TypeError, match="make_machine"):
+    with pytest.raises(TypeError, match="config"):
         WorkspaceAPIMachine()
+    with pytest.raises(TypeError, match=r"must be an interop.testing.MachineConfig, got 'cpu'"):
+        WorkspaceAPIMachine("cpu")
+
+
+def test_configuring_by_class_attribute_is_refused_with_the_fix():
+    with pytest.raises(TypeError, match=r"WorkspaceAPIMachine\(MachineConfig\(factory"):
+
+        class Old(WorkspaceAPIMachine):  # how make_machine configured it in earlier releases
+            config = MachineConfig(m.OriginalAlgorithmManager)
+
+
+class Recording:
+    """A manager that records the names of the methods called on it."""
+
+    def __init__(self, manager, called):
+        self._manager, self._called = manager, called
+
+    def __getattr__(self, name):
+        self._called.add(name)
+        return getattr(self._manager, name)
+
+
+@pytest.mark.parametrize(
+    ("properties", "expected"),
+    [
+        (["shapes"], {"get_simultaneous"}),
+        (["intact"], {"get_simultaneous", "get_retained"}),
+        (["locked"], {"get_simultaneous", "is_locked", "lock", "unlock"}),
+        (["persistent"], {"get_simultaneous", "get_persistent", "get_persistent_resource"}),
+    ],
+    ids=["shapes", "intact", "locked", "persistent"],
+)
+def test_rules_of_families_left_out_do_not_run(properties, expected):
+    called = set()
+    factory = lambda u, lanes: Recording(m.OriginalAlgorithmManager(u, lanes), called)  # noqa: E731
+    check_workspace(factory, properties=properties, settings=QUICK)
+    assert called == expected
+
+
+def test_without_hypothesis_the_kit_says_what_to_install():
+    code = IMPORT_WITHOUT_HYPOTHESIS.format(package="interop.testing")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.stdout.splitlines() == [
+        "interop.testing needs Hypothesis, which is not installed: "
+        "pip install 'functional-ws[testing]'",
+        "ModuleNotFoundError hypothesis",
+    ], done.stdout + done.stderr
+
+
+USER_MODULE = """
+    from hypothesis import settings
+
+    import interop
+    from interop.testing import check_workspace, make_machine
+
+    QUICK = settings(max_examples=3, stateful_step_count=5, database=None)
+
+
+    def facade(num_ubatches, num_lanes):
+        return interop.WorkspaceManager("cpu", num_ubatches, num_lanes)
+
+
+    def test_my_manager():
+        check_workspace(facade, settings=QUICK)
+
+
+    TestMyManager = make_machine(facade).TestCase
+    TestMyManager.settings = QUICK
+"""
+
+
+def test_a_users_test_module_collects_and_runs_cleanly(tmp_path):
+    """``check_workspace`` in a test, ``make_machine(...).TestCase``: no collection warning."""
+    (tmp_path / "test_mine.py").write_text(textwrap.dedent(USER_MODULE))
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-W",
+         "error::pytest.PytestCollectionWarning", "test_mine.py"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "2 passed" in done.stdout and "warning" not in done.stdout.lower(), done.stdout

@@ -1,4 +1,9 @@
-"""The one-line runner: configure the machine for a manager and run it under Hypothesis."""
+"""The one-line runner: configure the machine for a manager and run it under Hypothesis.
+
+The machine takes its configuration in its constructor; :func:`check_workspace` runs
+``run_state_machine_as_test(lambda: WorkspaceAPIMachine(config))``, and :func:`make_machine`
+binds a configuration to a class for a test module that collects its ``TestCase``.
+"""
 
 from __future__ import annotations
 
@@ -22,10 +27,12 @@ def make_machine(
     use_ubatch: SlotSelector | None = None,
     properties: Iterable[str] | None = None,
 ) -> type[WorkspaceAPIMachine]:
-    """A :class:`WorkspaceAPIMachine` subclass configured for one kind of manager.
+    """A :class:`WorkspaceAPIMachine` subclass whose constructor takes no arguments.
 
-    Collect its ``TestCase`` in a test module, or pass it to
-    ``hypothesis.stateful.run_state_machine_as_test``. The arguments are those of
+    It passes one :class:`MachineConfig` to :class:`WorkspaceAPIMachine`'s constructor, for
+    a test module that collects its ``TestCase`` (name the variable ``Test...``, not the
+    class). In a test function, ``run_state_machine_as_test(lambda:
+    WorkspaceAPIMachine(config))`` does the same. The arguments are those of
     :func:`check_workspace`.
 
     Returns:
@@ -41,19 +48,13 @@ def make_machine(
         >>> Machine = make_machine(lambda u, l: interop.WorkspaceManager("cpu", u, l))
         >>> TestFacade = Machine.TestCase  # collect this in a test module
     """
-    config = MachineConfig(
-        factory,
-        num_ubatches,
-        num_lanes,
-        use_lane,
-        use_ubatch,
-        select_properties(properties),
-    )
-    attributes: dict[str, object] = {"config": config}
-    for family, rules in WorkspaceAPIMachine.RULES_OF.items():
-        if family not in config.properties:
-            attributes.update(dict.fromkeys(rules))  # None: not a rule
-    return type("WorkspaceAPIMachine", (WorkspaceAPIMachine,), attributes)
+    config = _config(factory, num_ubatches, num_lanes, use_lane, use_ubatch, properties)
+
+    class ConfiguredMachine(WorkspaceAPIMachine):
+        def __init__(self) -> None:
+            super().__init__(config)
+
+    return ConfiguredMachine
 
 
 def check_workspace(
@@ -107,15 +108,24 @@ def check_workspace(
         ...     settings=settings(max_examples=5, stateful_step_count=10),
         ... )
     """
-    machine = make_machine(
-        factory,
-        num_ubatches=num_ubatches,
-        num_lanes=num_lanes,
-        use_lane=use_lane,
-        use_ubatch=use_ubatch,
-        properties=properties,
+    config = _config(factory, num_ubatches, num_lanes, use_lane, use_ubatch, properties)
+    # Hypothesis documents any zero-argument factory here; its annotation says a class.
+    run_state_machine_as_test(
+        lambda: WorkspaceAPIMachine(config),  # type: ignore[arg-type]
+        settings=_default() if settings is None else settings,
     )
-    run_state_machine_as_test(machine, settings=_default() if settings is None else settings)
+
+
+def _config(
+    factory: ManagerFactory,
+    num_ubatches: int,
+    num_lanes: int,
+    use_lane: SlotSelector | None,
+    use_ubatch: SlotSelector | None,
+    properties: Iterable[str] | None,
+) -> MachineConfig:
+    chosen = select_properties(properties)
+    return MachineConfig(factory, num_ubatches, num_lanes, use_lane, use_ubatch, chosen)
 
 
 def _default() -> hypothesis.settings:

@@ -10,6 +10,8 @@ from typing import Any, Protocol, TypeVar
 
 import torch
 
+from functional_ws import WorkspaceState
+
 from ._properties import select_properties
 
 T = TypeVar("T")
@@ -40,11 +42,43 @@ class WorkspaceAPI(Protocol):
 
 
 ManagerFactory = Callable[[int, int], WorkspaceAPI]
+StateReader = Callable[[Any], WorkspaceState]
 
 
 @dataclasses.dataclass(frozen=True)
 class MachineConfig:
-    """The arguments of :func:`interop.testing.make_machine`, validated."""
+    """How :class:`interop.testing.WorkspaceAPIMachine` makes and drives a manager, validated.
+
+    Attributes:
+        factory: ``factory(num_ubatches, num_lanes)`` returns a fresh manager.
+        num_ubatches: ubatch slots to use (each needs ``use_ubatch`` when more than one).
+        num_lanes: lanes to use (each needs ``use_lane`` when more than one).
+        use_lane: ``use_lane(i)`` returns a context manager selecting lane ``i``.
+        use_ubatch: ``use_ubatch(i)`` likewise for ubatches.
+        properties: the property families to check (:data:`interop.testing.PROPERTIES`);
+            any iterable of names, or ``None`` for all, is accepted and stored as a frozenset.
+        core_state: for a manager built on :mod:`functional_ws` (``interop.WorkspaceManager``:
+            ``lambda ws: ws.state``), reads its :class:`functional_ws.WorkspaceState`. The
+            machine then also applies the core's transitions to the same calls (what
+            :func:`functional_ws.acquire`, ``retain``, ``claim``, ``lock`` and ``unlock``
+            decide; ``get_persistent(key, ...)`` claims ``(torch.Tensor, key)``) and checks
+            that the manager carries them out: the same state after every call, every view
+            at the offset the core planned from one base per buffer, the same ``intact``,
+            and the core's own error class for every refusal.
+
+    Raises:
+        TypeError: ``factory`` or ``core_state`` is not callable.
+        ValueError: an unknown property, a count below one, or more than one ubatch (lane)
+            without ``use_ubatch`` (``use_lane``).
+
+    Example:
+        >>> import interop
+        >>> config = MachineConfig(
+        ...     lambda u, l: interop.WorkspaceManager("cpu", u, l), properties=["intact"]
+        ... )
+        >>> sorted(config.properties), config.slots
+        (['intact'], [(0, 0)])
+    """
 
     factory: ManagerFactory
     num_ubatches: int = 1
@@ -52,6 +86,7 @@ class MachineConfig:
     use_lane: SlotSelector | None = None
     use_ubatch: SlotSelector | None = None
     properties: frozenset[str] = dataclasses.field(default_factory=lambda: select_properties(None))
+    core_state: StateReader | None = None
 
     def __post_init__(self) -> None:
         if not callable(self.factory):
@@ -59,6 +94,14 @@ class MachineConfig:
                 f"factory must be callable as factory(num_ubatches, num_lanes), got "
                 f"{self.factory!r}."
             )
+        if self.core_state is not None and not callable(self.core_state):
+            raise TypeError(
+                f"core_state must be callable as core_state(manager), returning its "
+                f"functional_ws.WorkspaceState (e.g. lambda ws: ws.state), got "
+                f"{self.core_state!r}."
+            )
+        # Frozen: store the validated selection the way dataclasses themselves set fields.
+        object.__setattr__(self, "properties", select_properties(self.properties))
         for name, selector in (("num_ubatches", "use_ubatch"), ("num_lanes", "use_lane")):
             count = getattr(self, name)
             if not isinstance(count, int) or isinstance(count, bool) or count < 1:

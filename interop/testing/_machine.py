@@ -12,23 +12,31 @@ what the manager returned against real memory and the model.
 The manager is a black box: the machine learns a slot's buffer from its views'
 ``untyped_storage()`` and notices a growth when a slot's views move to another storage. It
 assumes the original's design: one buffer per slot, the retained span inside it.
+
+The machine is configured through its constructor (a :class:`MachineConfig`): run it with
+``run_state_machine_as_test(lambda: WorkspaceAPIMachine(config))``. The rules of a family
+that is not selected do not run (their preconditions read the configuration). With
+``core_state`` configured, the machine also checks a manager built on :mod:`functional_ws`
+against the core's own decisions (:mod:`._mirror`).
 """
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Hashable
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 from hypothesis import note
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, precondition, rule
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from functional_ws.testing import WorkspaceModel, keys, spec_lists, specs
+import functional_ws as fws
+from functional_ws.testing import WorkspaceModel, keys, slots, spec_lists, specs
 
 from ._config import MachineConfig, Spec, format_spec
 from ._memory import Buffer, first_difference, nbytes_of, read, view_bytes, write
+from ._mirror import CoreMirror, Plan
 from ._probe import ALIGNMENT, misaligned_view
 from ._tracking import PersistentTensor, Range, Resource, SlotTrack, overlap
 
@@ -57,7 +65,8 @@ COMMON_REQUESTS: tuple[list[Spec], ...] = (
 )
 COMMON_RETAINED: tuple[Spec, ...] = (((4,), torch.int8), ((2, 3), torch.float32))
 
-_slot_codes = st.integers(0, 15)
+#: A slot of the configured workspace (the running machine builds the strategy).
+_slot = st.runner().flatmap(lambda machine: machine.slot_choices)
 _scratch = st.sampled_from(COMMON_REQUESTS) | spec_lists(
     min_size=1, max_size=3, dtype_pool=SCRATCH_DTYPES, max_dims=2
 )
@@ -67,89 +76,156 @@ _retained = st.sampled_from(COMMON_RETAINED) | specs(dtype_pool=SCRATCH_DTYPES, 
 )
 
 
+def _selected(family: str) -> Callable[[WorkspaceAPIMachine], bool]:
+    """A precondition: the rule runs only when ``family`` is selected."""
+    return lambda machine: family in machine.properties
+
+
 class WorkspaceAPIMachine(RuleBasedStateMachine):
     """Drive a manager with the original API through random calls; check it with real bytes.
 
-    Make a configured subclass with :func:`interop.testing.make_machine` (it sets
-    :attr:`config` and drops the rules of families left out), then run it with
-    ``hypothesis.stateful.run_state_machine_as_test`` or collect its ``TestCase``.
+    Args:
+        config: the manager's factory, slots, selectors and the families to check.
+
+    Raises:
+        TypeError: ``config`` is not a :class:`MachineConfig`, or a subclass sets ``config``
+            as a class attribute (pass it to the constructor instead).
+
+    Example:
+        >>> import interop
+        >>> from hypothesis import settings
+        >>> from hypothesis.stateful import run_state_machine_as_test
+        >>> config = MachineConfig(lambda u, l: interop.WorkspaceManager("cpu", u, l))
+        >>> run_state_machine_as_test(
+        ...     lambda: WorkspaceAPIMachine(config),
+        ...     settings=settings(max_examples=3, stateful_step_count=5, database=None),
+        ... )
     """
 
-    config: ClassVar[MachineConfig | None] = None
-
-    #: The rules that exist only for a family; :func:`make_machine` drops the others' rules
-    #: (a rule that is there but never runs would make shrinking worse).
-    RULES_OF: ClassVar[dict[str, tuple[str, ...]]] = {
-        "intact": ("get_retained",),
-        "locked": ("lock", "unlock"),
-        "absolute_alignment": ("check_absolute_alignment",),
-        "persistent": ("get_persistent", "get_persistent_resource"),
-    }
-
-    def __init__(self) -> None:
-        super().__init__()
-        config = type(self).config
-        if config is None:
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "config" in vars(cls):
             raise TypeError(
-                "WorkspaceAPIMachine needs a configuration: make a subclass with "
-                "interop.testing.make_machine(factory, ...)."
+                f"{cls.__name__} sets config as a class attribute; WorkspaceAPIMachine is "
+                "configured through its constructor: run_state_machine_as_test(lambda: "
+                "WorkspaceAPIMachine(MachineConfig(factory, ...))), or check_workspace(...)."
+            )
+
+    def __init__(self, config: MachineConfig) -> None:
+        super().__init__()
+        if not isinstance(config, MachineConfig):
+            raise TypeError(
+                f"config must be an interop.testing.MachineConfig, got {config!r}: "
+                "WorkspaceAPIMachine(MachineConfig(factory, ...))."
             )
         self.cfg = config
         self.properties = config.properties
-        self.manager = config.factory(config.num_ubatches, config.num_lanes)
+        self.slot_choices = slots(config.num_ubatches, config.num_lanes)
+        self.manager: Any = None  # made by the first step, new_manager
+        self.mirror: CoreMirror | None = None
         self.model = WorkspaceModel(config.num_ubatches, config.num_lanes, ALIGNMENT, "slot")
-        self.model.locked = "locked" in self.properties and bool(self.manager.is_locked())
         self.tracks = [SlotTrack() for _ in config.slots]
         self.epoch = 0  # buffers seen to change while unlocked
         self.lock_serial = 0  # lock() calls
         self.made = 0  # persistent resources made by the machine's factories
         self.addresses: list[tuple[str, int]] = []  # views since the last alignment check
 
+    @initialize()
+    def new_manager(self) -> None:
+        """Make the manager under test: the first step of every run.
+
+        A step of its own rather than part of the constructor: with it, Hypothesis shrinks a
+        failure to the calls that matter (measured on the kit's planted bugs, whose examples
+        otherwise began with a repeated harmless call or two).
+        """
+        cfg = self.cfg
+        note(f"factory({cfg.num_ubatches}, {cfg.num_lanes}) makes the manager")
+        self.manager = cfg.factory(cfg.num_ubatches, cfg.num_lanes)
+        if cfg.core_state is not None:
+            self.mirror = CoreMirror(cfg.core_state(self.manager))
+        self.model.locked = "locked" in self.properties and bool(self.manager.is_locked())
+
     # ----- calling the manager -----
 
-    def _slot(self, code: int) -> tuple[int, int]:
-        return ((code // self.cfg.num_lanes) % self.cfg.num_ubatches, code % self.cfg.num_lanes)
+    def _plan(self, call: str, transition: Callable[..., Any], *args: Any) -> Plan | None:
+        """What the core decides for this call (``None`` without ``core_state``)."""
+        return None if self.mirror is None else self.mirror.plan(call, transition, *args)
 
     def _call(
-        self, slot: tuple[int, int], call: str, need: int | None, fn: Callable[[], Any]
+        self,
+        slot: tuple[int, int],
+        call: str,
+        need: int | None,
+        fn: Callable[[], Any],
+        plan: Plan | None = None,
     ) -> Any:
         """Run ``fn`` in ``slot``; a refusal while locked returns ``None`` after its checks.
 
         ``need`` is the bytes the call needs (a request that fits must not be refused), or
-        ``None`` for a call that must never be refused.
+        ``None`` for a call that must never be refused. ``plan`` is the core's decision: the
+        manager must refuse exactly what the core refuses, and its state follows the core's.
         """
         before = self._retained_bytes() if self.model.locked else {}
         try:
             with self.cfg.select(slot):
-                return fn()
-        except AssertionError as err:
-            note(f"  -> raised AssertionError: {err}")
-            if not self.model.locked:
-                raise
-            if need is None:
-                raise AssertionError(f"{call} was refused while locked; it needs nothing") from err
+                result = fn()
         except Exception as err:
-            note(f"  -> raised {type(err).__name__}: {err}")
-            if self.model.locked and "locked" in self.properties:
-                raise AssertionError(
-                    f"{call} raised {type(err).__name__} while locked; a locked manager "
-                    "refuses with AssertionError, as the original does"
-                ) from err
-            raise
+            if plan is not None:
+                CoreMirror.check_refusal(plan, err)
+            self._raised(call, need, err)
+        else:
+            if plan is not None:
+                CoreMirror.check_served(plan)
+                self.commit(plan)
+            return result
         # Checked after the except block: its traceback could keep a dropped buffer alive.
+        assert need is not None  # a call that needs nothing was never refused
         self._after_refusal(slot, call, need, before)
         return None
 
+    def commit(self, plan: Plan) -> None:
+        """The manager carried ``plan`` out: the core's state moves on, and the slots the core
+        grew must show their next views in a new buffer."""
+        assert self.mirror is not None
+        self.mirror.commit(plan)
+        for slot, _ in plan.growth:
+            self.tracks[self.model.index(slot)].regrown = True
+
+    def _raised(self, call: str, need: int | None, err: Exception) -> None:
+        """The manager raised: re-raise unless it is a refusal the locked family expects."""
+        if isinstance(err, AssertionError):
+            note(f"  -> raised AssertionError: {err}")
+            if not self.model.locked:
+                raise err
+            if need is None:
+                raise AssertionError(f"{call} was refused while locked; it needs nothing") from err
+            return
+        note(f"  -> raised {type(err).__name__}: {err}")
+        if self.model.locked and "locked" in self.properties:
+            raise AssertionError(
+                f"{call} raised {type(err).__name__} while locked; a locked manager "
+                "refuses with AssertionError, as the original does"
+            ) from err
+        raise err
+
     def _expect_refusal(
-        self, slot: tuple[int, int], kind: type[Exception], call: str, fn: Callable[[], Any]
+        self,
+        slot: tuple[int, int],
+        kind: type[Exception],
+        call: str,
+        fn: Callable[[], Any],
+        plan: Plan | None = None,
     ) -> None:
-        """``fn`` must raise ``kind`` in ``slot`` and leave everything as it was."""
+        """``fn`` must raise ``kind`` in ``slot`` (the core's class, given its ``plan``) and
+        leave everything as it was."""
         before = self._retained_bytes()
         try:
             with self.cfg.select(slot):
                 fn()
         except kind as err:
             note(f"  -> refused as expected: {type(err).__name__}: {err}")
+            if plan is not None:
+                CoreMirror.check_refusal(plan, err)
         except Exception as err:
             raise AssertionError(
                 f"{call} should raise {kind.__name__}, but raised {type(err).__name__}: {err}"
@@ -295,20 +371,24 @@ class WorkspaceAPIMachine(RuleBasedStateMachine):
 
     # ----- scratch rules -----
 
-    @rule(slot_code=_slot_codes, request=_scratch)
-    def get_simultaneous(self, slot_code: int, request: list[Spec]) -> None:
-        slot = self._slot(slot_code)
+    @rule(slot=_slot, request=_scratch)
+    def get_simultaneous(self, slot: tuple[int, int], request: list[Spec]) -> None:
         index, track = self.model.index(slot), self.tracks[self.model.index(slot)]
         listed = ", ".join(format_spec(s) for s in request)
         call = f"get_simultaneous({listed}){self.cfg.where(slot)}"
         _, total = self.model.request_bytes([_nbytes(s) for s in request])
         note(f"{call}: {total} bytes with padding")
-        views = self._call(slot, call, total, lambda: self.manager.get_simultaneous(*request))
+        plan = self._plan(call, fws.acquire, slot, *request)
+        views = self._call(slot, call, total, lambda: self.manager.get_simultaneous(*request), plan)
         if views is None:
             return
         self._check_shapes(call, views, request)
         views = list(views)
+        seen = track.buffer
         buffer = self._observe(index, call, views, total)
+        if plan is not None:
+            moved = track.buffer is not seen
+            self._check_planned(index, call, views, plan.answer[0].offsets, moved)
         ranges = self._check_placement(index, call, views)
         for i, view in enumerate(views):
             n = nbytes_of(view)
@@ -328,15 +408,18 @@ class WorkspaceAPIMachine(RuleBasedStateMachine):
             track.history.append(call)
         self._after_call(call)
 
-    @rule(slot_code=_slot_codes, key=keys(), spec=_retained)
-    def get_retained(self, slot_code: int, key: Hashable, spec: Spec) -> None:
-        slot = self._slot(slot_code)
+    @precondition(_selected("intact"))
+    @rule(slot=_slot, key=keys(), spec=_retained)
+    def get_retained(self, slot: tuple[int, int], key: Hashable, spec: Spec) -> None:
         index, track = self.model.index(slot), self.tracks[self.model.index(slot)]
         shape, dtype = spec
         n = _nbytes(spec)
         call = f"get_retained({key!r}, {shape!r}, {dtype}){self.cfg.where(slot)}"
         note(f"{call}: {n} bytes")
-        result = self._call(slot, call, n, lambda: self.manager.get_retained(key, shape, dtype))
+        plan = self._plan(call, fws.retain, slot, key, spec)
+        result = self._call(
+            slot, call, n, lambda: self.manager.get_retained(key, shape, dtype), plan
+        )
         if result is None:
             return
         assert isinstance(result, tuple) and len(result) == 2, (
@@ -345,10 +428,17 @@ class WorkspaceAPIMachine(RuleBasedStateMachine):
         view, intact = result
         assert isinstance(intact, bool), f"{call}: intact is {intact!r}, not a bool"
         self._check_shapes(call, [view], [spec])
+        seen = track.buffer
         buffer = self._observe(index, call, [view], n)
         assert buffer is not None
         start = view.data_ptr() - buffer.address
         note(f"  -> intact={intact}, the span at {start} of the buffer")
+        if plan is not None:
+            span, planned_intact = plan.answer
+            assert intact == planned_intact, (
+                f"{call} reported intact={intact}; the core decides intact={planned_intact}"
+            )
+            self._check_planned(index, call, [view], (span.offset,), track.buffer is not seen)
         if intact:
             self._check_intact(index, call, key, start)
         (span,) = self._check_placement(index, call, [view])
@@ -359,6 +449,49 @@ class WorkspaceAPIMachine(RuleBasedStateMachine):
         track.retained = span
         track.history = [call]
         self._after_call(call)
+
+    def _check_planned(
+        self,
+        index: int,
+        call: str,
+        views: list[torch.Tensor],
+        offsets: tuple[int, ...],
+        moved: bool,
+    ) -> None:
+        """The views lie in a new buffer exactly when the core grew the slot since the last
+        views were seen; each lies at the core's offset from one base per buffer, and the
+        buffer holds the capacity the core planned from that base."""
+        track = self.tracks[index]
+        buffer = track.buffer
+        assert self.mirror is not None
+        capacity = self.mirror.state.slots[index].capacity
+        if any(nbytes_of(view) for view in views):
+            if track.regrown and not moved:
+                raise AssertionError(
+                    f"{call}: the core grew this slot to {capacity} bytes, but the views lie "
+                    "in the buffer it had before"
+                )
+            assert track.regrown or not moved, (
+                f"{call}: the views lie in another buffer than the slot's last views, but the "
+                "core did not grow the slot"
+            )
+            track.regrown = False
+        for i, (view, offset) in enumerate(zip(views, offsets, strict=True)):
+            if not nbytes_of(view):
+                continue  # an empty view has no address to check
+            assert buffer is not None  # a non-empty view was seen in it
+            if buffer.base is None:
+                buffer.base = view.data_ptr() - offset
+                end = buffer.address + buffer.nbytes
+                assert buffer.address <= buffer.base and buffer.base + capacity <= end, (
+                    f"{call}: the slot's base lies {buffer.base - buffer.address:+d} bytes "
+                    f"into a buffer of {buffer.nbytes}; the core planned a capacity of "
+                    f"{capacity} from it"
+                )
+            assert view.data_ptr() - buffer.base == offset, (
+                f"{call}: view {i} lies {view.data_ptr() - buffer.base} bytes from the slot's "
+                f"base; the core planned offset {offset}"
+            )
 
     def _check_intact(self, index: int, call: str, key: Hashable, start: int) -> None:
         """``intact=True`` only when the bytes the previous call left are really unchanged."""
@@ -380,24 +513,32 @@ class WorkspaceAPIMachine(RuleBasedStateMachine):
 
     # ----- lock -----
 
+    @precondition(_selected("locked"))
     @rule()
     def lock(self) -> None:
         note("lock()")
+        plan = self._plan("lock()", fws.lock)
         self.manager.lock()
         assert self.manager.is_locked() is True, "is_locked() is not True after lock()"
         self.model.locked = True
         self.lock_serial += 1
+        if plan is not None:
+            self.commit(plan)
 
-    @precondition(lambda self: self.model.locked)
+    @precondition(lambda self: "locked" in self.properties and self.model.locked)
     @rule()
     def unlock(self) -> None:
         note("unlock()")
+        plan = self._plan("unlock()", fws.unlock)
         self.manager.unlock()
         assert self.manager.is_locked() is False, "is_locked() is not False after unlock()"
         self.model.locked = False
+        if plan is not None:
+            self.commit(plan)
 
     # ----- absolute alignment -----
 
+    @precondition(_selected("absolute_alignment"))
     @rule()
     def check_absolute_alignment(self) -> None:
         note("check absolute alignment: the views since the last check, then fresh managers")
@@ -412,21 +553,25 @@ class WorkspaceAPIMachine(RuleBasedStateMachine):
         self.addresses.clear()
         if problem is None:
             cfg = self.cfg
-            problem = misaligned_view(cfg.factory, cfg.num_ubatches, cfg.num_lanes, cfg.select)
+            problem = misaligned_view(
+                cfg.factory, cfg.num_ubatches, cfg.num_lanes, cfg.select, log=note
+            )
         # One assertion for both: a failure must replay at the same line, whichever view the
         # allocator's luck picks (Hypothesis tells failures apart by where they are raised).
         assert problem is None, problem
 
     # ----- persistent (and, while locked, no new keys) -----
 
+    @precondition(_selected("persistent"))
     @rule(
-        slot_code=_slot_codes,
+        slot=_slot,
         key=keys(("p0", "p1")),
         spec=st.sampled_from(PERSISTENT_SPECS),
         zero_init=st.booleans(),
     )
-    def get_persistent(self, slot_code: int, key: Hashable, spec: Spec, zero_init: bool) -> None:
-        slot = self._slot(slot_code)
+    def get_persistent(
+        self, slot: tuple[int, int], key: Hashable, spec: Spec, zero_init: bool
+    ) -> None:
         track = self.tracks[self.model.index(slot)]
         shape, dtype = spec
         call = (
@@ -442,10 +587,12 @@ class WorkspaceAPIMachine(RuleBasedStateMachine):
         if known is not None and known.spec != spec:  # the original's "requested shape" error
             self._expect_refusal(slot, ValueError, call, fetch)
             return
+        # The façade's persistent tensors share the resource keys as (torch.Tensor, key).
+        plan = self._plan(call, fws.claim, slot, (torch.Tensor, key))
         if known is None and self.model.locked:
-            self._expect_refusal(slot, AssertionError, call, fetch)
+            self._expect_refusal(slot, AssertionError, call, fetch, plan)
             return
-        tensor = self._call(slot, call, None, fetch)
+        tensor = self._call(slot, call, None, fetch, plan)
         if known is not None:
             assert tensor is known.tensor, f"{call} returned another tensor than {known.call}"
             self._after_call(call)
@@ -461,9 +608,9 @@ class WorkspaceAPIMachine(RuleBasedStateMachine):
         track.tensors[key] = PersistentTensor(tensor, spec, pattern, call)
         self._after_call(call)
 
-    @rule(slot_code=_slot_codes, key=keys(("r0", "r1")))
-    def get_persistent_resource(self, slot_code: int, key: Hashable) -> None:
-        slot = self._slot(slot_code)
+    @precondition(_selected("persistent"))
+    @rule(slot=_slot, key=keys(("r0", "r1")))
+    def get_persistent_resource(self, slot: tuple[int, int], key: Hashable) -> None:
         track = self.tracks[self.model.index(slot)]
         call = f"get_persistent_resource({key!r}, factory){self.cfg.where(slot)}"
         note(call)
@@ -478,11 +625,12 @@ class WorkspaceAPIMachine(RuleBasedStateMachine):
             return self.manager.get_persistent_resource(key, factory)
 
         known = track.resources.get(key)
+        plan = self._plan(call, fws.claim, slot, key)
         if known is None and self.model.locked:
-            self._expect_refusal(slot, AssertionError, call, fetch)
+            self._expect_refusal(slot, AssertionError, call, fetch, plan)
             assert not made, f"{call} called the factory while locked"
             return
-        got = self._call(slot, call, None, fetch)
+        got = self._call(slot, call, None, fetch, plan)
         note(f"  -> {got!r}, factory called {len(made)} time(s)")
         if known is not None:
             assert not made, f"{call} called the factory again for a key this slot holds"
@@ -492,6 +640,15 @@ class WorkspaceAPIMachine(RuleBasedStateMachine):
             assert got is made[0], f"{call} returned {got!r}, not what the factory made"
             track.resources[key] = got
         self._after_call(call)
+
+    # ----- the core's state (with ``core_state``) -----
+
+    @precondition(lambda self: self.mirror is not None)
+    @invariant()
+    def core_state_matches(self) -> None:
+        """The manager's state is what the core's transitions make of the same calls."""
+        assert self.mirror is not None and self.cfg.core_state is not None
+        self.mirror.check_state(self.cfg.core_state(self.manager))
 
     def _after_call(self, call: str) -> None:
         """Nobody but their owner writes persistent tensors: their patterns stay."""

@@ -60,6 +60,8 @@ class Buffer:
         lock_serial: the machine's lock counter then, or ``None`` if it was unlocked.
         phase: the address and description of the first view seen in it (the reference for
             relative alignment).
+        base: the address the core's offsets count from (the slot's base), once a view with
+            a planned offset was seen in it (only with ``core_state``).
     """
 
     address: int
@@ -68,6 +70,7 @@ class Buffer:
     epoch: int
     lock_serial: int | None
     phase: tuple[int, str] | None = None
+    base: int | None = None
 
     @classmethod
     def of(cls, storage: torch.UntypedStorage, epoch: int, lock_serial: int | None) -> Buffer:

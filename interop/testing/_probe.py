@@ -43,6 +43,7 @@ def misaligned_view(
     num_ubatches: int,
     num_lanes: int,
     select: Callable[[tuple[int, int]], AbstractContextManager[Any]],
+    log: Callable[[str], object] | None = None,
 ) -> str | None:
     """Grow fresh managers once each; describe the first view not 256-aligned, or ``None``.
 
@@ -51,6 +52,7 @@ def misaligned_view(
         num_ubatches: passed to ``factory``.
         num_lanes: passed to ``factory``.
         select: enters a slot; the probe works in slot ``(0, 0)``.
+        log: called with one line per call made (the machine passes Hypothesis's ``note``).
 
     Returns:
         ``None`` when every view's ``data_ptr()`` is a multiple of 256, else a sentence naming
@@ -68,6 +70,9 @@ def misaligned_view(
             else:
                 views = manager.get_simultaneous(*specs)
                 call = f"get_simultaneous({', '.join(format_spec(s) for s in specs)})"
+        residues = [view.data_ptr() % ALIGNMENT for view in views if nbytes_of(view)]
+        if log is not None:
+            log(f"  fresh manager {number + 1}: {call} -> data_ptr() % 256 == {residues}")
         for i, view in enumerate(views):
             residue = view.data_ptr() % ALIGNMENT
             if nbytes_of(view) and residue:

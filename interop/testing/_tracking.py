@@ -47,6 +47,8 @@ class SlotTrack:
         history: the calls in this slot since the retained pattern was written.
         tensors: persistent tensors by key.
         resources: persistent resources by key.
+        regrown: the core planned a new buffer for the slot that no view has shown yet
+            (only with ``core_state``).
     """
 
     buffer: Buffer | None = None
@@ -56,6 +58,7 @@ class SlotTrack:
     history: list[str] = dataclasses.field(default_factory=list)
     tensors: dict[Hashable, PersistentTensor] = dataclasses.field(default_factory=dict)
     resources: dict[Hashable, Any] = dataclasses.field(default_factory=dict)
+    regrown: bool = False
 
     def live_ranges(self) -> list[Range]:
         """The latest views and the retained span, while their buffer lives."""
