@@ -91,7 +91,7 @@ def _captured_double(ws: WorkspaceManager, stream: torch.cuda.Stream) -> torch.c
 def graph_capture_and_replay() -> list[Row]:
     """Capture a graph over views of a locked workspace; replay reads new inputs."""
     ws = WorkspaceManager(CUDA)
-    ws.reserve([((4096,), F32), ((4096,), F32)])
+    ws.reserve(((4096,), F32), ((4096,), F32))
     ws.lock()
     graph = _captured_double(ws, _new_stream())
     source, target = ws.get_simultaneous(((4096,), F32), ((4096,), F32))
@@ -107,7 +107,7 @@ def graph_capture_and_replay() -> list[Row]:
 def growth_refused_during_capture() -> list[Row]:
     """Unlocked, a growth requested during capture raises and changes nothing."""
     ws = WorkspaceManager(CUDA)
-    ws.reserve([((4096,), F32), ((4096,), F32)])
+    ws.reserve(((4096,), F32), ((4096,), F32))
     stream = _new_stream()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.stream(stream):

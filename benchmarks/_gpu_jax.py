@@ -142,7 +142,7 @@ import warnings, torch, interop
 free_before = torch.cuda.mem_get_info()[0]
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
-    warned = interop.warn_if_jax_preallocates("cuda:0")
+    warned = warn_if_jax_preallocates("cuda:0")
 import jax.numpy as jnp
 jnp.ones(4).block_until_ready()
 free_after = torch.cuda.mem_get_info()[0]

@@ -1,149 +1,38 @@
 """Hot-path benchmark: the torch façade against the original's algorithm, warm and locked.
 
-    .venv/bin/python benchmarks/bench_hot_path.py            # full run (about 20 s)
+    .venv/bin/python benchmarks/bench_hot_path.py            # full run (about 10 s)
     .venv/bin/python benchmarks/bench_hot_path.py --quick    # a few seconds, numbers rough
     .venv/bin/python benchmarks/bench_hot_path.py --device cuda
 
 Every candidate runs in the same process, in interleaved rounds (the order rotates each
-round), each round timing a batch of calls with ``timeit`` (the bare call statement in a
-loop, garbage collector off). The microseconds are medians over rounds; each
-ratio is the median over rounds of the ratio within a round, which cancels load that drifts
-on a shared machine. The baseline, :class:`OriginalAlgorithm`, is our own code that takes
-the original ``WorkspaceManager``'s steps one by one on every call: context-variable reads,
-a byte count per view, ``round_up``, ``accumulate`` for the offsets, the size check, the
-retained-span check, then slice, ``view(dtype)`` and ``reshape`` per view. Targets (issue 3):
-``get_simultaneous`` at most 0.2x the baseline and faster than ``torch.empty`` for the same
-tensors, ``get_retained`` at most 0.3x, ``get_persistent`` no slower.
+round, ``_timing.py``), each round timing a batch of calls with ``timeit`` (the bare call
+statement in a loop, garbage collector off). Each call builds its request tuples afresh from
+local ints, as callers do (a constant tuple object passed every time would let a memo's
+lookup short-cut on identity). The microseconds are the best (lowest) over rounds and each
+ratio is the ratio of the best rounds: on a loaded machine a batch is far more often slowed
+than sped up. Every candidate's batches last about a millisecond (calibrated), so that
+each is as likely to be interrupted. The baseline is
+:class:`interop.testing.ReferenceWorkspaceManager`, the original's algorithm call for call.
+Targets (issue 3): ``get_simultaneous`` at most 0.2x the baseline and faster than
+``torch.empty`` for the same tensors, ``get_retained`` at most 0.3x, ``get_persistent`` no
+slower. ``bench_workloads.py`` measures the other paths.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextvars
-import math
-import statistics
-import threading
-import timeit
-from collections.abc import Callable, Hashable, Sequence
-from itertools import accumulate
-from typing import Any, cast
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch
+from _timing import Sampler, best_ratio, run_rounds, statement_sampler
 
 from interop import WorkspaceManager
-
-ALIGNMENT = 256
-_lane: contextvars.ContextVar[int] = contextvars.ContextVar("bench_lane", default=0)
-_ubatch_of_thread: dict[int, int] = {}  # what vLLM's dual-batch overlap keeps; empty here
-
-
-def _current_ubatch() -> int:
-    if len(_ubatch_of_thread) == 0:
-        return 0
-    return _ubatch_of_thread[threading.get_ident()]
-
-
-def _bytes_of(shape: tuple[int, ...], dtype: torch.dtype) -> int:
-    return math.prod(shape) * dtype.itemsize
-
-
-def _round_up(n: int, alignment: int) -> int:
-    return ((n + alignment - 1) // alignment) * alignment
-
-
-def _round_down(n: int, alignment: int) -> int:
-    return (n // alignment) * alignment
-
-
-class OriginalAlgorithm:
-    """The original manager's per-call work, step by step, for one slot that is big enough.
-
-    The same calls in the same order as the original: the slot lookup (a context-variable
-    read and the ubatch lookup) twice per request, a byte count per view, ``round_up``,
-    ``accumulate``, the size check through a static helper, the retained-span check, then
-    slice, ``view(dtype)`` and ``reshape`` per view; ``get_persistent`` builds its factory
-    lambda and goes through ``get_persistent_resource``. Growth is left out: the benchmark
-    measures the warm, locked path.
-
-    Args:
-        device: where the buffer lives.
-        nbytes: the buffer's size (allocated once; the benchmark never grows it).
-    """
-
-    def __init__(self, device: torch.device, nbytes: int) -> None:
-        self._num_lanes = 1
-        self._buffers: list[torch.Tensor | None] = [
-            torch.empty((nbytes,), dtype=torch.uint8, device=device)
-        ]
-        self._retained: list[tuple[Hashable, int] | None] = [None]
-        self._resources: list[dict[Hashable, Any]] = [{}]
-        self._device = device
-        self._locked = True
-
-    @staticmethod
-    def _size(buffer: torch.Tensor | None) -> int:
-        if buffer is None:
-            return 0
-        return buffer.numel() * buffer.element_size()
-
-    def _slot(self) -> int:
-        lane = _lane.get()
-        if lane >= self._num_lanes:
-            raise RuntimeError(f"lane {lane} is not configured")
-        return _current_ubatch() * self._num_lanes + lane
-
-    def _ensure(self, required: int) -> torch.Tensor:
-        buffer = self._buffers[self._slot()]
-        if self._size(buffer) < required:
-            raise AssertionError("the benchmark never grows")
-        assert buffer is not None
-        return buffer
-
-    def get_simultaneous(self, *specs: tuple[tuple[int, ...], torch.dtype]) -> list[torch.Tensor]:
-        exact = [_bytes_of(shape, dtype) for shape, dtype in specs]
-        padded = [_round_up(n, ALIGNMENT) for n in exact]
-        total = sum(padded)
-        offsets = list(accumulate([0, *padded[:-1]]))
-        buffer = self._ensure(total)
-        slot = self._slot()
-        retained = self._retained[slot]
-        if retained is not None and total > retained[1]:
-            self._retained[slot] = None
-        return [
-            buffer[offsets[i] : offsets[i] + exact[i]].view(specs[i][1]).reshape(specs[i][0])
-            for i in range(len(specs))
-        ]
-
-    def get_retained(
-        self, key: Hashable, shape: tuple[int, ...], dtype: torch.dtype
-    ) -> tuple[torch.Tensor, bool]:
-        nbytes = _bytes_of(shape, dtype)
-        slot = self._slot()
-        buffer = self._ensure(nbytes)
-        start = _round_down(buffer.numel() - nbytes, ALIGNMENT)
-        intact = self._retained[slot] == (key, start)
-        self._retained[slot] = (key, start)
-        return buffer[start : start + nbytes].view(dtype).reshape(shape), intact
-
-    def get_persistent_resource(self, key: Hashable, factory: Callable[[], Any]) -> Any:
-        resources = self._resources[self._slot()]
-        if key not in resources:
-            if self._locked:
-                raise AssertionError(f"{key!r} was not allocated during warmup")
-            resources[key] = factory()
-        return cast(Any, resources[key])
-
-    def get_persistent(
-        self, key: Hashable, shape: tuple[int, ...], dtype: torch.dtype, *, zero_init: bool = False
-    ) -> torch.Tensor:
-        factory = torch.zeros if zero_init else torch.empty
-        tensor = self.get_persistent_resource(
-            (torch.Tensor, key), lambda: factory(shape, dtype=dtype, device=self._device)
-        )
-        if tensor.shape != shape or tensor.dtype != dtype:
-            raise ValueError(f"requested shape={shape}, dtype={dtype}")
-        return tensor  # type: ignore[no-any-return]
-
+from interop.testing import ReferenceWorkspaceManager
 
 SPECS_1 = (((2048, 4096), torch.bfloat16),)
 SPECS_3 = (((2048, 4096), torch.bfloat16), ((2048,), torch.float32), ((2048, 8), torch.int32))
@@ -158,84 +47,87 @@ TARGETS = {
 }
 
 
-def _cases(device: torch.device) -> dict[str, dict[str, timeit.Timer]]:
-    """Per case, one timer per candidate: each times the bare call statement (no wrapper)."""
+#: Locals the statements build the requests above from (bound per batch, outside the loop).
+LOCALS = (
+    "bf16, f16, f32, i32 = torch.bfloat16, torch.float16, torch.float32, torch.int32\n"
+    f"(t, h), (_, k), (r, c), (s,) = {SPECS_3[0][0]}, {SPECS_3[2][0]}, {RETAINED[1]}, "
+    f"{PERSISTENT[1]}"
+)
+#: The requests (one view, three views), and what a caller would do instead: torch.empty.
+X1 = "((t, h), bf16)"
+X3 = "((t, h), bf16), ((t,), f32), ((t, k), i32)"
+EMPTY_X1 = "[torch.empty((t, h), dtype=bf16, device=device)]"
+EMPTY_X3 = (
+    "[torch.empty((t, h), dtype=bf16, device=device), torch.empty((t,), dtype=f32, "
+    "device=device), torch.empty((t, k), dtype=i32, device=device)]"
+)
+#: Per case, per candidate, the statement timed (requests built from LOCALS).
+STATEMENTS = {
+    "get_simultaneous x1": {
+        "baseline": f"base.get_simultaneous({X1})",
+        "ours": f"ours.get_simultaneous({X1})",
+        "torch.empty": EMPTY_X1,
+    },
+    "get_simultaneous x3": {
+        "baseline": f"base.get_simultaneous({X3})",
+        "ours": f"ours.get_simultaneous({X3})",
+        "torch.empty": EMPTY_X3,
+    },
+    "get_retained": {
+        "baseline": "base.get_retained('kv-scratch', (r, c), f16)",
+        "ours": "ours.get_retained('kv-scratch', (r, c), f16)",
+    },
+    "get_persistent": {
+        "baseline": "base.get_persistent('scales', (s,), f32)",
+        "ours": "ours.get_persistent('scales', (s,), f32)",
+    },
+}
+
+
+def build_cases(device: torch.device, calls: int | None = None) -> dict[str, dict[str, Sampler]]:
+    """Per case, one sampler per candidate; each times the bare call statement (no wrapper).
+
+    Both managers hold the three views of ``SPECS_3`` and, past them, the retained span of
+    ``RETAINED``, so that no case disturbs another's state. ``calls`` per batch, or
+    ``None`` to calibrate batches of about a millisecond.
+    """
     ours = WorkspaceManager(device)
-    ours.reserve(list(SPECS_3), RETAINED[1:], slots=[(0, 0)])
-    capacity = ours.stats().slots[0].capacity
-    base = OriginalAlgorithm(device, capacity)
-    base._locked = False
+    base = ReferenceWorkspaceManager(device)
     for manager in (ours, base):
         manager.get_persistent(*PERSISTENT)
+        manager.get_simultaneous(*SPECS_3, RETAINED[1:])
         manager.get_retained(*RETAINED)
-    ours.lock()
-    base._locked = True
-    names = {
-        "ours": ours,
-        "base": base,
-        "torch": torch,
-        "device": device,
-        "S1": SPECS_1,
-        "S3": SPECS_3,
-        "R": RETAINED,
-        "P": PERSISTENT,
-    }
-    empty = "[torch.empty(shape, dtype=dtype, device=device) for shape, dtype in {}]"
-    statements = {
-        "get_simultaneous x1": {
-            "baseline": "base.get_simultaneous(*S1)",
-            "ours": "ours.get_simultaneous(*S1)",
-            "torch.empty": empty.format("S1"),
-        },
-        "get_simultaneous x3": {
-            "baseline": "base.get_simultaneous(*S3)",
-            "ours": "ours.get_simultaneous(*S3)",
-            "torch.empty": empty.format("S3"),
-        },
-        "get_retained": {
-            "baseline": "base.get_retained(*R)",
-            "ours": "ours.get_retained(*R)",
-        },
-        "get_persistent": {
-            "baseline": "base.get_persistent(*P)",
-            "ours": "ours.get_persistent(*P)",
-        },
-    }
+        manager.get_simultaneous(*SPECS_1)
+        manager.get_simultaneous(*SPECS_3)
+        manager.lock()
+    names = {"ours": ours, "base": base, "torch": torch, "device": device}
     return {
-        case: {name: timeit.Timer(stmt, globals=names) for name, stmt in by_name.items()}
-        for case, by_name in statements.items()
+        case: {
+            name: statement_sampler(stmt, names, setup=LOCALS, calls=calls)
+            for name, stmt in by_name.items()
+        }
+        for case, by_name in STATEMENTS.items()
     }
 
 
 def measure(
-    device: torch.device, *, rounds: int = 41, calls: int = 1000
+    device: torch.device, *, rounds: int = 201, calls: int | None = None
 ) -> dict[str, dict[str, float]]:
-    """Per case: the median per-call µs of each candidate, and the median per-round ratios.
+    """Per case: the best per-call µs of each candidate over rounds, and their ratios.
 
     Returns:
         ``{case: {candidate: µs, ..., "ratio": ours/baseline, "ratio_empty": ours/empty}}``;
-        each ratio is the median over rounds of the ratio within a round, so that load
-        which drifts between rounds (a shared machine) cancels out.
+        each ratio is ours' best round over the other's best round.
     """
-    cases = _cases(device)
-    samples: dict[str, dict[str, list[float]]] = {
-        case: {name: [] for name in timers} for case, timers in cases.items()
-    }
-    for r in range(rounds):  # timeit turns the garbage collector off while it times
-        for case, timers in cases.items():
-            names = list(timers)
-            names = names[r % len(names) :] + names[: r % len(names)]
-            for name in names:
-                seconds = timers[name].timeit(number=calls)
-                samples[case][name].append(seconds / calls * 1e6)
+    cases = build_cases(device, calls)
+    samples = run_rounds(cases, rounds)
     results: dict[str, dict[str, float]] = {}
     for case, by_name in samples.items():
-        medians = {name: statistics.median(values) for name, values in by_name.items()}
+        best = {name: min(values) for name, values in by_name.items()}
         for key, other in (("ratio", "baseline"), ("ratio_empty", "torch.empty")):
             if other in by_name:
-                pairs = zip(by_name["ours"], by_name[other], strict=True)
-                medians[key] = statistics.median(o / b for o, b in pairs)
-        results[case] = medians
+                best[key] = best_ratio(by_name["ours"], by_name[other])
+        results[case] = best
     return results
 
 
@@ -258,23 +150,23 @@ def report(results: dict[str, dict[str, float]]) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, float]]:
-    """Run the benchmark and print the table; returns the medians (for gpu_check).
+    """Run the benchmark and print the table; returns the best µs and ratios (for gpu_check).
 
     Args:
         argv: command-line arguments (``--quick``, ``--device``, ``--rounds``, ``--calls``).
     """
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="3 rounds of 200 calls")
+    parser.add_argument("--quick", action="store_true", help="5 rounds")
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--rounds", type=int, default=41)
-    parser.add_argument("--calls", type=int, default=1000)
+    parser.add_argument("--rounds", type=int, default=201)
+    parser.add_argument("--calls", type=int, default=None, help="default: ~1 ms batches")
     args = parser.parse_args(argv)
-    rounds, calls = (3, 200) if args.quick else (args.rounds, args.calls)
+    rounds, calls = (5, args.calls) if args.quick else (args.rounds, args.calls)
     device = torch.device(args.device)
     results = measure(device, rounds=rounds, calls=calls)
     print(
-        f"hot path on {device} (torch {torch.__version__}), warm and locked; medians of "
-        f"{rounds} interleaved rounds of {calls} calls"
+        f"hot path on {device} (torch {torch.__version__}), warm and locked; the best of "
+        f"{rounds} interleaved rounds of {calls or 'about 1 ms of'} calls"
     )
     for line in report(results):
         print(line)

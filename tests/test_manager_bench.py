@@ -1,7 +1,8 @@
-"""The hot-path benchmark runs (briefly), and its baseline does what the original did.
+"""The hot-path benchmark runs (briefly), and its statements ask what its constants say.
 
 No timing is asserted here: CI machines are too noisy. The figures come from running
-``benchmarks/bench_hot_path.py`` itself (see README).
+``benchmarks/bench_hot_path.py`` itself (see README). Its baseline is the shared
+``ReferenceWorkspaceManager`` (``tests/test_reference.py`` checks it against the original).
 """
 
 import sys
@@ -12,6 +13,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 import bench_hot_path
+
+from interop import WorkspaceManager
+from interop.testing import ReferenceWorkspaceManager
 
 
 def test_quick_run_prints_every_case_and_returns_medians(capsys):
@@ -24,15 +28,42 @@ def test_quick_run_prints_every_case_and_returns_medians(capsys):
     assert "ratio_empty" in results["get_simultaneous x3"]
 
 
-def test_baseline_lays_views_out_as_the_manager_does():
+def _run(statement: str, **names: object) -> object:
+    """What one timed statement returns, its locals bound as the benchmark binds them."""
+    scope = {"torch": torch, "device": torch.device("cpu"), **names}
+    exec(bench_hot_path.LOCALS, scope)
+    return eval(statement, scope)
+
+
+def test_every_statement_builds_the_requests_the_constants_name():
+    b = bench_hot_path
+    ours, base = WorkspaceManager("cpu"), ReferenceWorkspaceManager(torch.device("cpu"))
+    expected = {
+        "get_simultaneous x1": [spec for spec in b.SPECS_1],
+        "get_simultaneous x3": [spec for spec in b.SPECS_3],
+        "get_retained": [b.RETAINED[1:]],
+        "get_persistent": [b.PERSISTENT[1:]],
+    }
+    for case, statements in b.STATEMENTS.items():
+        for name, statement in statements.items():
+            result = _run(statement, ours=ours, base=base)
+            if case == "get_retained":
+                tensors = [result[0]]  # (view, intact)
+            elif case == "get_persistent":
+                tensors = [result]
+            else:
+                tensors = result
+            got = [(tuple(t.shape), t.dtype) for t in tensors]
+            assert got == expected[case], (case, name)
+    assert _run("ours.get_retained('kv-scratch', (r, c), f16)", ours=ours)[1]  # same key
+
+
+def test_baseline_lays_views_out_as_the_facade_does():
     device = torch.device("cpu")
-    base = bench_hot_path.OriginalAlgorithm(device, 32 << 20)
+    base = ReferenceWorkspaceManager(device)
+    ours = WorkspaceManager(device)
     base_views = base.get_simultaneous(*bench_hot_path.SPECS_3)
-    ours = bench_hot_path.WorkspaceManager(device)
     our_views = ours.get_simultaneous(*bench_hot_path.SPECS_3)
     for a, b in zip(base_views, our_views, strict=True):
         assert (a.shape, a.dtype) == (b.shape, b.dtype)
         assert a.data_ptr() - base_views[0].data_ptr() == b.data_ptr() - our_views[0].data_ptr()
-    view, intact = base.get_retained(*bench_hot_path.RETAINED)
-    assert not intact and base.get_retained(*bench_hot_path.RETAINED)[1]
-    assert view.shape == bench_hot_path.RETAINED[1]
