@@ -3,8 +3,12 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# The benchmark scripts `make bench` runs (those present); `make bench BENCH_ARGS=--quick`.
+BENCHMARKS := $(wildcard benchmarks/bench_hot_path.py benchmarks/bench_handoff.py \
+	benchmarks/bench_workloads.py)
+BENCH_ARGS ?=
 
-.PHONY: demo test lint typecheck pytest bench clean
+.PHONY: demo picture test lint typecheck pytest bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -14,7 +18,11 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	mkdir -p out && $(PY) -m functional_ws --png out/layout.png
+	mkdir -p out && $(PY) -m interop --png out/layout.png
+
+# The README's picture: the demo on the CPU; tests/test_demo.py checks it is current.
+picture: $(STAMP)
+	JAX_PLATFORMS=cpu $(PY) -m interop --device cpu --png docs/layout.png
 
 lint: $(STAMP)
 	$(PY) -m ruff check .
@@ -30,7 +38,8 @@ pytest: $(STAMP)
 test: lint typecheck pytest
 
 bench: $(STAMP)
-	$(PY) -m functional_ws bench
+	set -e; for script in $(BENCHMARKS); do \
+		echo "=== $$script ==="; $(PY) $$script $(BENCH_ARGS); done
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build *.egg-info out

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import importlib._bootstrap
+import importlib._bootstrap_external
 import logging
 import os
+import runpy
 import sys
 
 import functional_ws
@@ -19,23 +22,82 @@ _LIBRARY_DIRS = tuple(
     for path in (functional_ws.__file__, __file__)
     if path is not None
 )
+#: Library files that play the user: the demo's requests are named as a user's would be.
+_USER_FILES = frozenset({os.path.join(os.path.dirname(os.path.abspath(__file__)), "_demo.py")})
+#: The interpreter's own frames between ``python -m``/``runpy`` and the user's code, for
+#: interpreters that do not freeze these modules (frozen ones are named ``<frozen ...>``).
+_INTERPRETER_FILES = frozenset(
+    os.path.abspath(path)
+    for path in (
+        runpy.__file__,
+        importlib._bootstrap.__file__,
+        importlib._bootstrap_external.__file__,
+    )
+    if path is not None
+)
+
+
+# CPython keeps the environment as a dict of encoded keys behind ``os.environ``; reading it
+# directly skips ``Mapping.get`` and the key's encoding (1 µs a lookup, twice per growth).
+_ENVIRON: dict[object, object] | None = getattr(os.environ, "_data", None)
+_ENCODED = tuple(getattr(os.environ, "encodekey", lambda k: k)(name) for name in DEBUG_VARIABLES)
 
 
 def debug_enabled() -> bool:
     """Whether the debug log is on; read at each lock, unlock and growth (never per view)."""
+    if _ENVIRON is not None and not any(key in _ENVIRON for key in _ENCODED):
+        return False  # neither variable is set: the usual case, one dict lookup each
     return any(os.environ.get(name, "").strip().lower() in _TRUE for name in DEBUG_VARIABLES)
 
 
+def is_user_file(filename: str) -> bool:
+    """Whether a frame of ``filename`` is the user's: neither this library nor the interpreter.
+
+    The library is the ``interop`` and ``functional_ws`` packages, except the demo, which
+    plays the user; the interpreter is its frozen modules (``<frozen runpy>``) and the files of
+    ``runpy`` and ``importlib``'s bootstrap. ``<string>`` (``python -c``), ``<stdin>`` and
+    notebook cells are the user's.
+
+    Args:
+        filename: a code object's ``co_filename``.
+
+    Returns:
+        ``True`` for the user's code.
+
+    Example:
+        >>> is_user_file("<frozen runpy>"), is_user_file("<string>"), is_user_file(__file__)
+        (False, True, False)
+    """
+    if filename.startswith("<frozen "):
+        return False
+    if not filename.startswith("<"):
+        path = os.path.abspath(filename)
+        if path in _INTERPRETER_FILES:
+            return False
+        if path.startswith(_LIBRARY_DIRS) and path not in _USER_FILES:
+            return False
+    return True
+
+
 def caller_origin() -> str:
-    """``file:line:function`` of the first frame outside this library, as the original wrote it.
+    """``file:line:function`` of the user's frame that called in, as the original wrote it.
 
     Frames in the ``interop`` and ``functional_ws`` packages are skipped, so the answer names
-    the user's line whether it called the manager or a module-level function.
+    the user's line whether it called the manager or a module-level function; so are the
+    interpreter's own frames (``<frozen runpy>`` under ``python -m``), which are nobody's
+    line. See :func:`is_user_file`.
+
+    Returns:
+        ``"script.py:12:main"``, or ``"unknown"`` when no frame is the user's.
+
+    Example:
+        >>> caller_origin().split(":")[0]  # a doctest runs in a "<doctest ...>" frame
+        '<doctest interop._diagnostics.caller_origin[0]>'
     """
     frame = sys._getframe(1)
     while frame is not None:
         filename = frame.f_code.co_filename
-        if not os.path.abspath(filename).startswith(_LIBRARY_DIRS):
+        if is_user_file(filename):
             return f"{os.path.basename(filename)}:{frame.f_lineno}:{frame.f_code.co_name}"
         frame = frame.f_back  # type: ignore[assignment]
     return "unknown"
