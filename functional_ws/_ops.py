@@ -33,7 +33,6 @@ from ._spec import (
     ViewSpec,
     as_spec,
     is_spec_like,
-    plain_nbytes,
     quick_spec,
 )
 from ._state import (
@@ -256,16 +255,21 @@ def acquire(state: WorkspaceState, slot: Slot, *specs: Any) -> tuple[WorkspaceSt
     """
     index = state.index(slot)
     checked, offsets, total = _lay_out(specs, state.alignment, "specs")
+    new, growth = _place(state, index, total)
+    return new, make_layout(slot, index, checked, offsets, total, state.alignment, growth)
+
+
+def _place(state: WorkspaceState, index: int, total: int) -> tuple[WorkspaceState, Growth]:
+    """The state after a request of ``total`` bytes from the start of slot ``index``, and the
+    growth it needs (the slot, or its lane's ubatch slots, grown as the policy says)."""
     current = state.slots[index]
     if total <= current.capacity:
-        layout = make_layout(slot, index, checked, offsets, total, state.alignment)
         after = _after_acquire(current, total)
-        return (state if after is current else _with_slot(state, index, after)), layout
+        return (state if after is current else _with_slot(state, index, after)), ()
     slots = list(state.slots)
     growth = _grow(state, slots, _policy_targets(state, index), total)
     slots[index] = _after_acquire(slots[index], total)
-    layout = make_layout(slot, index, checked, offsets, total, state.alignment, growth)
-    return with_slots(state, tuple(slots)), layout
+    return with_slots(state, tuple(slots)), growth
 
 
 def replay_acquire(
@@ -302,43 +306,69 @@ def replay_acquire(
 
 
 def fit(
-    state: WorkspaceState, slot: Slot, specs: Sequence[Any]
-) -> tuple[WorkspaceState, int, tuple[int, ...]] | None:
+    state: WorkspaceState, slot: Slot, specs: Sequence[Any], dtype_class: type | None = None
+) -> tuple[WorkspaceState, int, tuple[int, ...], Growth] | None:
     """:func:`acquire` for the usual request, in plain values, or ``None``.
 
-    The miss path of a shell: a request never seen before that fits the slot (a new
-    ``num_tokens``), made of plain values (``tuple`` shapes of ``int`` dims, dtypes with an
-    ``int`` ``itemsize``). Returns ``(new_state, index, offsets)``, the same state and
-    offsets as ``acquire(state, slot, *specs)`` (a property test pins this), without
-    building a :class:`Layout`; ``None`` when the request needs :func:`acquire` itself:
-    a growth, or a request that is not plain (a ``torch.Size``, a NumPy int, a bad value,
-    which ``acquire`` accepts or refuses with its own message).
+    The miss path of a shell: a request never seen before (a new ``num_tokens``), made of
+    plain values (``tuple`` shapes of ``int`` dims, dtypes with an ``int`` ``itemsize``).
+    Returns ``(new_state, index, offsets, growth)``, what ``acquire(state, slot, *specs)``
+    returns (a property test pins this), without building a :class:`Layout` a shell that
+    keeps nothing does not need; ``None`` when the request is not plain (a ``torch.Size``,
+    a NumPy int, a bad value, which :func:`acquire` accepts or refuses with its own
+    message). A refused growth raises as :func:`acquire` raises. ``dtype_class``: when
+    given, a dtype of another class is not plain either (a shell that makes torch tensors
+    passes ``torch.dtype``, and explains the others itself).
 
     Raises:
+        WorkspaceLockedError, CapacityLimitError: as :func:`acquire`.
         InvalidSlotError, LaneNotConfiguredError, UbatchNotConfiguredError: a bad slot.
 
     Example:
         >>> import numpy as np
         >>> s, _ = acquire(initial_state(), (0, 0), ((1000,), np.dtype("uint8")))
-        >>> new, index, offsets = fit(s, (0, 0), [((10,), np.dtype("float32"))] * 2)
-        >>> index, offsets, new == acquire(s, (0, 0), *[((10,), np.dtype("float32"))] * 2)[0]
-        (0, (0, 256), True)
+        >>> new, index, offsets, growth = fit(s, (0, 0), [((10,), np.dtype("float32"))] * 2)
+        >>> index, offsets, growth
+        (0, (0, 256), ())
+        >>> new == acquire(s, (0, 0), *[((10,), np.dtype("float32"))] * 2)[0]
+        True
     """
-    index = state.index(slot)
+    ubatch, lane = slot if type(slot) is tuple and len(slot) == 2 else (None, None)
+    if type(ubatch) is int and type(lane) is int and 0 <= lane < state.num_lanes:
+        index = ubatch * state.num_lanes + lane  # state.index(slot), inlined: the miss path
+        if not 0 <= index < len(state.slots):
+            index = state.index(slot)  # it explains what is wrong
+    else:
+        index = state.index(slot)
     alignment = state.alignment
     offsets = []
     total = 0
     for request in specs:
-        nbytes = plain_nbytes(request)
-        if nbytes is None:
+        # plain_nbytes(request), inlined (this is the miss path; the test of fit against
+        # acquire pins that they agree):
+        if type(request) is not tuple or len(request) != 2:
             return None
+        shape, dtype = request
+        nbytes = getattr(dtype, "itemsize", None)
+        if type(shape) is not tuple or type(nbytes) is not int or nbytes <= 0:
+            return None
+        if dtype_class is not None and type(dtype) is not dtype_class:
+            return None
+        for dim in shape:
+            if type(dim) is not int or dim < 0:
+                return None
+            nbytes *= dim
         offsets.append(total)
         total += (nbytes + alignment - 1) & -alignment
     current = state.slots[index]
-    if total > current.capacity:  # (and so below 2**63)
+    if total <= current.capacity:  # _place's first branch, unrolled: the miss path
+        after = _after_acquire(current, total)
+        new = state if after is current else _with_slot(state, index, after)
+        return new, index, tuple(offsets), ()
+    if total >= MAX_BYTES:  # acquire refuses it, naming it
         return None
-    after = _after_acquire(current, total)
-    return (state if after is current else _with_slot(state, index, after)), index, tuple(offsets)
+    new, growth = _place(state, index, total)
+    return new, index, tuple(offsets), growth
 
 
 def _changed(

@@ -69,7 +69,9 @@ class SlotBuffers:
         self._buffers: list[torch.Tensor | None] = [None] * count
         self._owners: list[Any] = [None] * count  # what owns each buffer's memory (a jax.Array)
         # Per slot, per dtype: the buffer seen as that dtype, and its first element's offset.
-        self._aliases: list[dict[Any, tuple[torch.Tensor, int] | None]] = [{} for _ in range(count)]
+        self._aliases: list[dict[Any, tuple[torch.Tensor, int, int] | None]] = [
+            {} for _ in range(count)
+        ]
         self._empty: torch.Tensor | None = None
         self._retiring: list[Any] = []  # records to report once the caller's lock is released
         self._resized: list[tuple[str, Slot, int, int]] = []  # growths for the debug log
@@ -200,7 +202,10 @@ class SlotBuffers:
         return self.allocator.allocate(nbytes, self.device, self._alignment, in_use=in_use)
 
     def _others(self, index: int) -> list[torch.Tensor]:
-        """The buffers of every slot but ``index`` (a new buffer must not overlap them)."""
+        """The buffers of every slot but ``index``, which a new buffer must not overlap
+        (empty for an allocator that never hands out memory in use)."""
+        if not self.allocator.checks_overlap:
+            return []
         return [b for i, b in enumerate(self._buffers) if b is not None and i != index]
 
     def _install(self, index: int, allocation: Allocation) -> None:
@@ -228,20 +233,30 @@ class SlotBuffers:
             with torch.inference_mode(False):
                 return self.carve(index, offsets, requests)
         aliases = self._aliases[index]
+        if len(requests) == 1:  # the usual single view, without the loop
+            ((shape, dtype),) = requests
+            alias: Any = aliases.get(dtype, _UNKNOWN)
+            if alias is _UNKNOWN:
+                alias = self._alias(index, dtype)
+            offset = offsets[0]
+            if alias is not None and not offset % alias[2] and 0 < len(shape) <= 2:
+                strides: tuple[int, ...] = (1,) if len(shape) == 1 else (shape[1] or 1, 1)
+                return [_as_strided(alias[0], shape, strides, alias[1] + offset // alias[2])]
         views = []
-        for offset, (shape, dtype) in zip(offsets, requests, strict=True):
-            alias = aliases[dtype] if dtype in aliases else self._alias(index, dtype)
-            itemsize = dtype.itemsize
-            if alias is None or offset % itemsize:
+        for offset, (shape, dtype) in zip(offsets, requests, strict=False):  # equal lengths
+            alias = aliases.get(dtype, _UNKNOWN)
+            if alias is _UNKNOWN:
+                alias = self._alias(index, dtype)
+            if alias is None or offset % alias[2]:
                 views.append(self._slice(index, offset, shape, dtype))
                 continue
             if len(shape) == 1:
-                strides: tuple[int, ...] = (1,)
+                strides = (1,)
             elif len(shape) == 2:
                 strides = (shape[1] or 1, 1)
             else:
                 strides = _contiguous_strides(shape)
-            views.append(_as_strided(alias[0], shape, strides, alias[1] + offset // itemsize))
+            views.append(_as_strided(alias[0], shape, strides, alias[1] + offset // alias[2]))
         return views
 
     def _slice(self, index: int, offset: int, shape: tuple[int, ...], dtype: Any) -> torch.Tensor:
@@ -256,10 +271,10 @@ class SlotBuffers:
             nbytes *= dim
         return buffer[offset : offset + nbytes].view(dtype).view(shape)
 
-    def _alias(self, index: int, dtype: Any) -> tuple[torch.Tensor, int] | None:
-        """Slot ``index``'s buffer seen as ``dtype`` (every whole element of it) and its
-        first element's offset in the storage; ``None`` where the buffer's offset in its
-        storage is not a multiple of the itemsize (then views are sliced instead)."""
+    def _alias(self, index: int, dtype: Any) -> tuple[torch.Tensor, int, int] | None:
+        """Slot ``index``'s buffer seen as ``dtype`` (every whole element of it), its first
+        element's offset in the storage and the itemsize; ``None`` where the buffer's offset
+        in its storage is not a multiple of the itemsize (then views are sliced instead)."""
         buffer = self._buffers[index]
         alias = None
         itemsize = dtype.itemsize
@@ -270,7 +285,7 @@ class SlotBuffers:
                     typed = buffer
                 else:
                     typed = (buffer if usable == buffer.numel() else buffer[:usable]).view(dtype)
-                alias = (typed, int(typed.storage_offset()))
+                alias = (typed, int(typed.storage_offset()), itemsize)
             except RuntimeError:  # a dtype torch cannot view bytes as: slice instead
                 alias = None
         self._aliases[index][dtype] = alias
@@ -278,6 +293,7 @@ class SlotBuffers:
 
 
 _as_strided = torch.as_strided
+_UNKNOWN = object()  # an alias not made yet (``None`` is an alias that cannot be made)
 _use_count = getattr(torch._C, "_storage_Use_Count", None)
 
 
@@ -301,6 +317,12 @@ def _held_elsewhere(buffer: torch.Tensor) -> bool:
 def fresh(views: Sequence[torch.Tensor]) -> list[torch.Tensor]:
     """A new tensor over each of ``views`` (``view.view(view.dtype)``): no view relation to
     the shared alias, so what a caller does to it reaches no other call's views."""
+    if len(views) == 1:  # the usual sizes, unrolled (a comprehension is a call)
+        (a,) = views
+        return [a.view(a.dtype)]
+    if len(views) == 3:
+        a, b, c = views
+        return [a.view(a.dtype), b.view(b.dtype), c.view(c.dtype)]
     return [view.view(view.dtype) for view in views]
 
 

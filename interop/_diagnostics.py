@@ -45,7 +45,7 @@ _ENCODED = tuple(getattr(os.environ, "encodekey", lambda k: k)(name) for name in
 
 def debug_enabled() -> bool:
     """Whether the debug log is on; read at each lock, unlock and growth (never per view)."""
-    if _ENVIRON is not None and not any(key in _ENVIRON for key in _ENCODED):
+    if _ENVIRON is not None and _ENCODED[0] not in _ENVIRON and _ENCODED[1] not in _ENVIRON:
         return False  # neither variable is set: the usual case, one dict lookup each
     return any(os.environ.get(name, "").strip().lower() in _TRUE for name in DEBUG_VARIABLES)
 

@@ -355,7 +355,7 @@ class WorkspaceManager:
         memo: Any  # a Memo, None once dropped (no annotation is evaluated at run time)
         try:  # lane and ubatch are non-negative ints: too large raises IndexError
             memo = self._acquired_at[ubatch][lane]
-            entry = memo[shapes_and_dtypes]  # None when absent (Memo.__missing__)
+            entry = memo.get(shapes_and_dtypes)  # None when absent (then the old generation)
         except (IndexError, TypeError):  # a slot not configured, an unhashable request
             entry = memo = None
         if entry is not None:
@@ -364,7 +364,7 @@ class WorkspaceManager:
                 for dim in shape:
                     if type(dim) is not int:
                         entry = memo = None
-                        return self._acquire(shapes_and_dtypes, (ubatch, lane))
+                        return self._acquire(shapes_and_dtypes, (ubatch, lane), None)
             state = self._state
             if entry.state is state:
                 memo.last = entry.layout  # what the pictures draw
@@ -372,9 +372,10 @@ class WorkspaceManager:
             views = self._replay_acquire(memo, entry, state)
             if views is not None:
                 return views
-        # The slow path may replace this slot's buffer: hold nothing that pins the old one.
-        entry = memo = None
-        return self._acquire(shapes_and_dtypes, (ubatch, lane))
+        # The slow path may replace this slot's buffer; a memo holds no views once it is
+        # dead (a growth clears it), so keeping it pins nothing.
+        entry = None
+        return self._acquire(shapes_and_dtypes, (ubatch, lane), memo)
 
     def try_get_simultaneous(
         self, *shapes_and_dtypes: tuple[tuple[int, ...], torch.dtype]
@@ -429,37 +430,73 @@ class WorkspaceManager:
         memo.last = layout
         return entry.fresh()
 
-    def _acquire(self, specs: tuple[Any, ...], slot: tuple[int, int]) -> list[torch.Tensor]:
+    def _acquire(
+        self, specs: tuple[Any, ...], slot: tuple[int, int], memo: Memo | None
+    ) -> list[torch.Tensor]:
         """The slow path of :meth:`get_simultaneous`: plan, grow, carve, memoise.
 
         The usual miss (a request seen for the first time that fits, such as a new
         ``num_tokens``) takes the short way: the core's :func:`functional_ws.replay.fit`, a
         compare-and-swap of the state, carving under the mutex, nothing memoised. A request
         seen before is memoised (:meth:`_acquire_planned`); one that needs growth grows.
+        ``memo``: the slot's memo, where the hot path found it.
         """
-        for spec in specs:  # the usual request: pairs with a torch dtype
-            if type(spec) is not tuple or len(spec) != 2 or type(spec[1]) is not _DTYPE:
-                _check_torch_dtypes(specs)  # refuses a dtype that is not torch's, naming it
-                break
-        while True:
-            old = self._state
-            planned = fit(old, slot, specs)
-            if planned is None:  # not plain, or it must grow: the core's acquire says how
-                return self._acquire_planned(specs, slot, admitted=None)
-            new, index, offsets = planned
-            memo = self._acquired[index]
+        if memo is not None:
+            if memo.old:  # maybe kept in the old generation: promoted, served from there
+                entry = memo.promote(specs)
+                if entry is not None:
+                    return self.get_simultaneous(*specs)
             if memo.admits(specs):  # seen before: worth memoising
                 return self._acquire_planned(specs, slot, admitted=True)
+        while True:
+            old = self._state
+            try:
+                planned = fit(old, slot, specs, _DTYPE)
+            except WorkspaceLockedError as err:
+                raise _worded(err) from None
+            if planned is None:  # not plain: the core's acquire accepts or explains it
+                asked = memo is not None  # then admits said no (and noted the request)
+                return self._acquire_planned(specs, slot, admitted=False if asked else None)
+            new, index, offsets, growth = planned
+            if growth:
+                return self._fit_growing(specs, slot, (old, new, growth, (index, offsets)))
             with self._mutex:
                 if self._state is old:
                     self._state = new
                     views = self._buffers.carve(index, offsets, specs)
                     break
-        memo.last = (slot, specs)  # what the pictures draw (a Layout, made on demand)
-        if len(views) == 1:
+        (memo if memo is not None else self._acquired[index]).last = (slot, specs)  # pictures
+        if len(views) == 1:  # fresh(views), unrolled for the usual single view
             (view,) = views
             return [view.view(view.dtype)]
         return fresh(views)
+
+    def _fit_growing(
+        self,
+        specs: tuple[Any, ...],
+        slot: tuple[int, int],
+        planned: tuple[WorkspaceState, WorkspaceState, Growth, tuple[int, tuple[int, ...]]],
+    ) -> list[torch.Tensor]:
+        """A request seen for the first time that grows the slot: carried out as
+        :func:`functional_ws.replay.fit` plans it (nothing memoised)."""
+
+        def transition(
+            state: WorkspaceState,
+        ) -> tuple[WorkspaceState, Growth, tuple[int, tuple[int, ...]]]:
+            again = fit(state, slot, specs, _DTYPE)
+            assert again is not None  # the request is plain: fit answered before
+            new, index, offsets, growth = again
+            return new, growth, (index, offsets)
+
+        def finish(placed: tuple[int, tuple[int, ...]]) -> list[torch.Tensor]:
+            return self._buffers.carve(placed[0], placed[1], specs)  # under the mutex
+
+        done, views = self._grow(transition, finish, planned)
+        if not done:  # the state moved while the growth was prepared: plan it all again
+            views = self._run(transition, finish)
+        index = planned[3][0]
+        self._acquired[index].last = (slot, specs)  # what the pictures draw (made on demand)
+        return fresh(views)  # type: ignore[arg-type]
 
     def _acquire_planned(
         self, specs: tuple[Any, ...], slot: tuple[int, int], admitted: bool | None
@@ -467,6 +504,7 @@ class WorkspaceManager:
         """A request the core's :func:`functional_ws.acquire` plans: one seen before (it is
         memoised), one that grows the slot, or one that is not plain. ``admitted``: whether
         it was seen before, ``None`` when not asked yet."""
+        _check_torch_dtypes(specs)  # the façade's word on a dtype that is not torch's
         while True:
             old = self._state
             try:
@@ -492,10 +530,10 @@ class WorkspaceManager:
         state: WorkspaceState,
         admitted: bool | None,
     ) -> list[torch.Tensor]:
-        """Keep ``carved`` for ``specs`` in ``memo`` if plain and seen before (``admitted``,
-        or asked now when ``None``); fresh views of them."""
+        """Keep ``carved`` for ``specs`` in ``memo`` if plain and seen before (``admitted``;
+        ``None``: not asked yet, ask now); fresh views of them."""
         memo.last = layout
-        if not _memoisable(specs) or not (admitted or memo.admits(specs)):
+        if admitted is False or not _memoisable(specs) or not (admitted or memo.admits(specs)):
             return fresh(carved)
         layout = layout.without_growth()  # as a replay will see it (the identity protocol)
         memo.last = layout
@@ -525,9 +563,10 @@ class WorkspaceManager:
             return layout, self._carve_layout(layout), self._acquired[layout.index], self._state
 
         old, new, layout = planned
-        layout, carved, memo, state = self._run(
-            transition, finish, (old, new, layout.growth, layout)
-        )
+        done, value = self._grow(transition, finish, (old, new, layout.growth, layout))
+        if not done:  # the state moved while the growth was prepared: plan it all again
+            value = self._run(transition, finish)
+        layout, carved, memo, state = value  # type: ignore[misc]
         return self._memoise(memo, specs, layout, carved, state, admitted)
 
     def get_retained(

@@ -98,8 +98,9 @@ class Memo(dict[Hashable, Any]):
     def __missing__(self, key: Hashable) -> Any:
         """A lookup of an absent key: the old generation's entry (promoted), or ``None``.
 
-        So a miss costs no exception on the hot path, and a hit in the young generation
-        costs nothing more than a ``dict`` lookup."""
+        So a miss costs no exception, and a hit in the young generation costs nothing more
+        than a ``dict`` lookup (``get_retained`` looks up this way; ``get_simultaneous`` uses
+        ``get``, whose miss costs less, and promotes in its slow path)."""
         return self.promote(key) if self.old else None
 
     def promote(self, key: Hashable) -> Any:
@@ -115,11 +116,11 @@ class Memo(dict[Hashable, Any]):
         return entry
 
     def admits(self, key: Hashable) -> bool:
-        """Whether ``key`` was seen before (then memoise it); records it otherwise."""
-        try:
-            fingerprint = hash(key)
-        except TypeError:
-            return False
+        """Whether ``key`` was seen before (then memoise it); records it otherwise.
+
+        ``key`` is hashable: callers ask only about requests they could look up.
+        """
+        fingerprint = hash(key)
         seen = self.seen
         if fingerprint in seen:
             return True

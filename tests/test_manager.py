@@ -512,3 +512,38 @@ def test_debug_log_is_silent_by_default(monkeypatch, caplog):
     ws.get_simultaneous(((64,), U8))
     ws.lock()
     assert caplog.text == ""
+
+
+def test_a_request_is_memoised_the_second_time_it_is_seen():
+    ws = manager()
+    ws.get_simultaneous(((4096,), U8))  # a growth, seen once
+    ws.get_simultaneous(((100,), F32))  # a miss, seen once: nothing kept
+    assert ws._acquired[0].entries() == 0
+    first = ws.get_simultaneous(((100,), F32))[0]
+    assert ws._acquired[0].entries() == 1  # seen twice: memoised
+    again = ws.get_simultaneous(((100,), F32))[0]
+    assert again.data_ptr() == first.data_ptr() and again is not first
+
+
+def test_memo_evicts_the_least_recently_used(monkeypatch):
+    monkeypatch.setattr("interop._memo.MAX_MEMOISED", 8)  # two generations of four
+    ws = manager()
+    ws.get_simultaneous(((4096,), U8))
+
+    def use(n):
+        return ws.get_simultaneous(((n,), U8))
+
+    for n in (1, 2, 3, 4):
+        use(n), use(n)  # memoised
+    use(5), use(5)  # the young generation was full: 1-4 are the old one now
+    use(1)  # used again: back in the young generation
+    for n in (6, 7, 8):
+        use(n), use(n)  # the young one fills again: 2, 3, 4 (unused) are dropped
+    memo = ws._acquired[0]
+
+    def kept(n):
+        key = (((n,), U8),)
+        return key in memo or key in memo.old
+
+    assert kept(1) and kept(5) and kept(8)
+    assert not kept(2) and not kept(3) and not kept(4)

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import functional_ws as fws
-from functional_ws.replay import replay_acquire, replay_retain
+from functional_ws.replay import fit, replay_acquire, replay_retain
 from functional_ws.testing import spec_lists
 
 U8, I8, F16, F32 = (np.dtype(n) for n in ("uint8", "int8", "float16", "float32"))
@@ -210,3 +210,30 @@ def test_a_retain_hint_changes_identity_never_value(first, later, specs, key):
     if plain[0] != "refused" and plain[0] is not later and not plain[1].growth:
         again = replay_retain(later, span, plain[0])
         assert again[0] is plain[0] and again == plain
+
+
+@given(reachable_states(), spec_lists(max_size=3), st.integers(0, 1))
+def test_fit_is_acquire_in_plain_values(state, specs, ubatch):
+    """The miss path's short way: ``fit`` answers as ``acquire`` does, refusals included."""
+    planned = _outcome(fit, state, (ubatch, 0), specs)
+    outcome = _outcome(fws.acquire, state, (ubatch, 0), *specs)
+    if outcome[0] == "refused":
+        assert planned == outcome
+        return
+    new, index, offsets, growth = planned
+    layout = outcome[1]
+    assert outcome[0] == new and (index, offsets, growth) == (
+        layout.index,
+        layout.offsets,
+        layout.growth,
+    )
+    assert (new is state) == (outcome[0] is state)  # the identity protocol holds too
+
+
+def test_fit_leaves_what_is_not_plain_to_acquire():
+    s, _ = fws.acquire(fws.initial_state(), S, ((4096,), U8))
+    assert fit(s, S, [((True,), U8)]) is None  # acquire refuses it with its own message
+    assert fit(s, S, [((np.int64(4),), U8)]) is None  # acquire accepts it
+    assert fit(s, S, [([4], U8)]) is None
+    assert fit(s, S, [((4,), "uint8")]) is None
+    assert fit(s, S, [((4,), U8)]) == (s, 0, (0,), ())
