@@ -42,6 +42,7 @@ from ._state import (
     WorkspaceState,
     check_config,
     make_slot,
+    with_slot,
     with_slots,
 )
 
@@ -113,13 +114,6 @@ def unlock(state: WorkspaceState) -> WorkspaceState:
 
 
 # ----- the rules, each written once -----
-
-
-def _with_slot(state: WorkspaceState, index: int, slot: SlotState) -> WorkspaceState:
-    slots = state.slots
-    if len(slots) == 1:
-        return with_slots(state, (slot,))
-    return with_slots(state, (*slots[:index], slot, *slots[index + 1 :]))
 
 
 def _after_acquire(current: SlotState, total: int) -> SlotState:
@@ -265,7 +259,7 @@ def _place(state: WorkspaceState, index: int, total: int) -> tuple[WorkspaceStat
     current = state.slots[index]
     if total <= current.capacity:
         after = _after_acquire(current, total)
-        return (state if after is current else _with_slot(state, index, after)), ()
+        return (state if after is current else with_slot(state, index, after)), ()
     slots = list(state.slots)
     growth = _grow(state, slots, _policy_targets(state, index), total)
     slots[index] = _after_acquire(slots[index], total)
@@ -349,10 +343,10 @@ def fit(
         if type(request) is not tuple or len(request) != 2:
             return None
         shape, dtype = request
+        if dtype_class is not None and type(dtype) is not dtype_class:
+            return None
         nbytes = getattr(dtype, "itemsize", None)
         if type(shape) is not tuple or type(nbytes) is not int or nbytes <= 0:
-            return None
-        if dtype_class is not None and type(dtype) is not dtype_class:
             return None
         for dim in shape:
             if type(dim) is not int or dim < 0:
@@ -363,7 +357,7 @@ def fit(
     current = state.slots[index]
     if total <= current.capacity:  # _place's first branch, unrolled: the miss path
         after = _after_acquire(current, total)
-        new = state if after is current else _with_slot(state, index, after)
+        new = state if after is current else with_slot(state, index, after)
         return new, index, tuple(offsets), ()
     if total >= MAX_BYTES:  # acquire refuses it, naming it
         return None
@@ -384,7 +378,7 @@ def _changed(
         return state
     if hint is not None and _is(hint, state, index, after):
         return hint
-    return _with_slot(state, index, after)
+    return with_slot(state, index, after)
 
 
 def _is(hint: WorkspaceState, state: WorkspaceState, index: int, slot: SlotState) -> bool:
@@ -520,7 +514,7 @@ def claim(state: WorkspaceState, slot: Slot, key: Hashable) -> tuple[WorkspaceSt
     if state.locked:
         raise PersistentKeyLockedError(key, state.slot_of(index))
     new = dataclasses.replace(current, persistent_keys=current.persistent_keys | {key})
-    return _with_slot(state, index, new), True
+    return with_slot(state, index, new), True
 
 
 def _reservation_bytes(requests: Iterable[Any], alignment: int) -> int:

@@ -207,6 +207,17 @@ def with_slots(state: WorkspaceState, slots: tuple[SlotState, ...]) -> Workspace
     return new
 
 
+def with_slot(state: WorkspaceState, index: int, slot: SlotState) -> WorkspaceState:
+    """``state`` with ``slot`` at ``index`` (:func:`with_slots` for one slot, in one call:
+    every state change that touches one slot builds one)."""
+    new = _new(WorkspaceState)
+    fields = new.__dict__
+    fields.update(state.__dict__)
+    slots = state.slots
+    fields["slots"] = (slot,) if len(slots) == 1 else (*slots[:index], slot, *slots[index + 1 :])
+    return new
+
+
 #: How a state presents itself (``"text"`` for ``str``, ``"html"`` for Jupyter). This
 #: module is the floor and imports nothing above it; ``functional_ws.display`` installs
 #: its renderers here when it is imported (``import functional_ws`` always imports it).

@@ -229,7 +229,7 @@ class SlotBuffers:
         as in the original.) The views share a base (the alias): memoise them and hand out
         ``view.view(view.dtype)`` of each (:func:`fresh`).
         """
-        if torch.is_inference_mode_enabled():
+        if _inference_mode_enabled():
             with torch.inference_mode(False):
                 return self.carve(index, offsets, requests)
         aliases = self._aliases[index]
@@ -293,6 +293,7 @@ class SlotBuffers:
 
 
 _as_strided = torch.as_strided
+_inference_mode_enabled = torch.is_inference_mode_enabled
 _UNKNOWN = object()  # an alias not made yet (``None`` is an alias that cannot be made)
 _use_count = getattr(torch._C, "_storage_Use_Count", None)
 

@@ -85,7 +85,7 @@ def test_fast_constructors_build_the_same_values():
     """``make_slot``, ``with_slots`` and ``make_layout`` skip the frozen dataclasses'
     ``__init__`` for speed: their values must equal (and hash as) the constructors'."""
     from functional_ws._layout import make_layout
-    from functional_ws._state import make_slot, with_slots
+    from functional_ws._state import make_slot, with_slot, with_slots
 
     fast = make_slot(512, 256, 1, ("kv", 256), frozenset({"w"}))
     slow = fws.SlotState(512, 256, 1, ("kv", 256), frozenset({"w"}))
@@ -97,6 +97,8 @@ def test_fast_constructors_build_the_same_values():
     slow_state = dataclasses.replace(s, slots=(slow, s.slots[1]))
     assert fast_state == slow_state and hash(fast_state) == hash(slow_state)
     assert s.slots[0] != fast  # the input is unchanged
+    assert with_slot(s, 0, fast) == slow_state and with_slot(s, 1, fast).slots[1] is fast
+    assert hash(with_slot(s, 0, fast)) == hash(slow_state)
     spec = fws.ViewSpec.of((4,), U8)
     args = ((0, 0), 0, (spec,), (0,), 256, 256, (((0, 0), 256),))
     assert make_layout(*args) == fws.Layout(*args)
