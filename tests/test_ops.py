@@ -237,3 +237,15 @@ def test_fit_leaves_what_is_not_plain_to_acquire():
     assert fit(s, S, [([4], U8)]) is None
     assert fit(s, S, [((4,), "uint8")]) is None
     assert fit(s, S, [((4,), U8)]) == (s, 0, (0,), ())
+
+
+def test_a_hand_made_view_spec_cannot_lie_about_its_bytes():
+    with pytest.raises(fws.InvalidSpecError, match="nbytes=16 does not match"):
+        fws.ViewSpec((2**40,), U8, 1, 16)
+    with pytest.raises(fws.InvalidSpecError, match="itemsize=2 does not match"):
+        fws.ViewSpec((4,), U8, 2, 8)
+    with pytest.raises(fws.InvalidSpecError, match="non-negative"):
+        fws.ViewSpec((-1,), U8, 1, -1)
+    spec = fws.ViewSpec((2**40,), U8, 1, 2**40)  # a consistent one is planned at its size
+    s, layout = fws.acquire(fws.initial_state(), S, spec)
+    assert layout.total == 2**40 and s.capacity(S) == 2**40
