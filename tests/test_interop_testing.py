@@ -10,10 +10,10 @@ import contextlib
 import re
 import subprocess
 import sys
-import textwrap
 
 import _managers as m
 import pytest
+from _user_module import pytest_user_module
 from hypothesis import settings
 from test_stateful_core import IMPORT_WITHOUT_HYPOTHESIS
 
@@ -257,11 +257,6 @@ USER_MODULE = """
 
 def test_a_users_test_module_collects_and_runs_cleanly(tmp_path):
     """``check_workspace`` in a test, ``make_machine(...).TestCase``: no collection warning."""
-    (tmp_path / "test_mine.py").write_text(textwrap.dedent(USER_MODULE))
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-W",
-         "error::pytest.PytestCollectionWarning", "test_mine.py"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+    done = pytest_user_module(tmp_path, USER_MODULE)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "2 passed" in done.stdout and "warning" not in done.stdout.lower(), done.stdout

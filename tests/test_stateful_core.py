@@ -3,9 +3,9 @@
 import dataclasses
 import subprocess
 import sys
-import textwrap
 
 import pytest
+from _user_module import pytest_user_module
 from hypothesis import Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
@@ -127,12 +127,7 @@ README_IDIOM = """
 
 def test_readme_idiom_collects_and_runs_cleanly(tmp_path):
     """A user's test module with the README's idiom: no PytestCollectionWarning, two passes."""
-    (tmp_path / "test_mine.py").write_text(textwrap.dedent(README_IDIOM))
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-W",
-         "error::pytest.PytestCollectionWarning", "test_mine.py"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+    done = pytest_user_module(tmp_path, README_IDIOM)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "2 passed" in done.stdout and "warning" not in done.stdout.lower(), done.stdout
 
