@@ -7,7 +7,8 @@ from typing import Any
 
 from ._state import Slot, SlotState, WorkspaceState
 
-_CONFIG = ("num_ubatches", "num_lanes", "alignment", "growth", "locked")
+#: Every workspace-wide field (all but the slots), so two unequal states never diff as equal.
+_CONFIG = tuple(f.name for f in dataclasses.fields(WorkspaceState) if f.name != "slots")
 _SLOT_FIELDS = tuple(f.name for f in dataclasses.fields(SlotState))
 
 
