@@ -679,19 +679,3 @@ def after_failed_growth(
         slots[index] = make_slot(capacity, before.high_water, growths, None, before.persistent_keys)
     return with_slots(old, tuple(slots))
 
-
-def growth_between(old: WorkspaceState, new: WorkspaceState) -> Growth:
-    """The buffers a shell must reallocate to go from ``old`` to ``new`` (for tests).
-
-    Example:
-        >>> import numpy as np
-        >>> s = initial_state(num_ubatches=2)
-        >>> new, growth = reserve(s, [((8,), np.dtype("uint8"))], slots=[(1, 0)])
-        >>> growth_between(s, new) == growth
-        True
-    """
-    return tuple(
-        (new.slot_of(i), b.capacity)
-        for i, (a, b) in enumerate(zip(old.slots, new.slots, strict=True))
-        if b.growths != a.growths
-    )

@@ -26,11 +26,6 @@ def round_up(n: int, alignment: int) -> int:
     return (n + alignment - 1) & -alignment
 
 
-def round_down(n: int, alignment: int) -> int:
-    """Largest multiple of ``alignment`` (a power of two) that is ``<= n``."""
-    return n & -alignment
-
-
 @dataclasses.dataclass(frozen=True)
 class ViewSpec:
     """One validated view request; its fields always agree with each other.
