@@ -14,6 +14,8 @@ from ._state import Slot
 Growth = tuple[tuple[Slot, int], ...]
 
 
+# Plans are static data, like the state: a jitted function may return them (no leaves).
+@jax.tree_util.register_static
 @dataclasses.dataclass(frozen=True)
 class Layout:
     """The plan for one :func:`functional_ws.acquire` call.
@@ -57,6 +59,7 @@ class Layout:
         )
 
 
+@jax.tree_util.register_static
 @dataclasses.dataclass(frozen=True)
 class Span:
     """The plan for one :func:`functional_ws.retain` call: a span at the slot's end.
@@ -123,16 +126,3 @@ def make_layout(
         growth=growth,
     )
     return layout
-
-
-# Plans are static data, like the state: a jitted function may return them (no leaves).
-jax.tree_util.register_dataclass(
-    Layout,
-    data_fields=[],
-    meta_fields=["slot", "index", "specs", "offsets", "total", "alignment", "growth"],
-)
-jax.tree_util.register_dataclass(
-    Span,
-    data_fields=[],
-    meta_fields=["slot", "index", "spec", "key", "offset", "alignment", "growth"],
-)

@@ -678,4 +678,3 @@ def after_failed_growth(
             )
         slots[index] = make_slot(capacity, before.high_water, growths, None, before.persistent_keys)
     return with_slots(old, tuple(slots))
-

@@ -26,6 +26,7 @@ def round_up(n: int, alignment: int) -> int:
     return (n + alignment - 1) & -alignment
 
 
+@jax.tree_util.register_static
 @dataclasses.dataclass(frozen=True)
 class ViewSpec:
     """One validated view request; its fields always agree with each other.
@@ -90,11 +91,6 @@ def _checked_spec(shape: tuple[int, ...], dtype: Any, itemsize: int, nbytes: int
     spec = object.__new__(ViewSpec)
     spec.__dict__.update(shape=shape, dtype=dtype, itemsize=itemsize, nbytes=nbytes)
     return spec
-
-
-jax.tree_util.register_dataclass(
-    ViewSpec, data_fields=[], meta_fields=["shape", "dtype", "itemsize", "nbytes"]
-)
 
 
 def itemsize_of(dtype: Any, argname: str = "dtype") -> int:

@@ -5,12 +5,13 @@ and every other module builds on it.
 
 What the pytree is for. Workspace planning is decided at trace time, like shapes: a
 capacity, an offset, a lock flag or a persistent key is never an array a computation
-reads. So every field is static metadata (as equinox marks ints ``field(static=True)``)
-and a state is a pytree with no leaves. ``jax.jit`` then treats a state argument as part of
-its cache key: a jitted function can take a state, call ``acquire``/``retain``/``lock``
-at trace time and return the new state; equal states hit jit's cache; and a 3 GiB
-capacity stays a Python int, where an int leaf would become an int32 tracer that
-overflows with x64 off (and an ``if`` on it would raise ``TracerBoolConversionError``).
+reads. So the classes are registered with ``jax.tree_util.register_static``: a pytree with
+no leaves, its whole value static metadata (as equinox marks ints ``field(static=True)``).
+``jax.jit`` then treats a state argument as part of its cache key: a jitted function can
+take a state, call ``acquire``/``retain``/``lock`` at trace time and return the new state;
+equal states hit jit's cache; and a 3 GiB capacity stays a Python int, where an int leaf
+would become an int32 tracer that overflows with x64 off (and an ``if`` on it would raise
+``TracerBoolConversionError``).
 
     >>> import jax, numpy as np
     >>> import functional_ws as fws
@@ -54,6 +55,7 @@ GROWTH_POLICIES: tuple[str, ...] = ("slot", "ubatches")
 MAX_SLOTS = 2**16
 
 
+@jax.tree_util.register_static
 @dataclasses.dataclass(frozen=True)
 class SlotState:
     """What the planner knows about one ``(ubatch, lane)`` slot.
@@ -74,6 +76,7 @@ class SlotState:
     persistent_keys: frozenset[Hashable] = frozenset()
 
 
+@jax.tree_util.register_static
 @dataclasses.dataclass(frozen=True)
 class WorkspaceState:
     """The manager's whole state, immutable and hashable; equality is by value.
@@ -273,23 +276,3 @@ def check_config(
         raise error(f"{name('growth')} must be one of {GROWTH_POLICIES}, got {growth!r}.")
     if max_capacity is not None:
         check_int(max_capacity, name("max_capacity"), minimum=1, error=error)
-
-
-jax.tree_util.register_dataclass(
-    SlotState,
-    data_fields=[],
-    meta_fields=["capacity", "high_water", "growths", "retained", "persistent_keys"],
-)
-jax.tree_util.register_dataclass(
-    WorkspaceState,
-    data_fields=[],
-    meta_fields=[
-        "num_ubatches",
-        "num_lanes",
-        "alignment",
-        "growth",
-        "locked",
-        "slots",
-        "max_capacity",
-    ],
-)
