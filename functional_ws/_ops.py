@@ -8,10 +8,12 @@ state object is returned (``new is state``), and a replayed plan that needs no g
 the very same plan object the caller passed (``layout is memoised``). So a shell can
 memoise plans per request and skip work on identity alone.
 
-Each rule is written once: :func:`_after_acquire` (a request drops the retained span it
-reaches into and raises the high-water mark), :func:`_after_retain` (the span at the end,
-and whether it is intact) and :func:`_grow` (who grows, and when growth is refused). The
-first-time and replayed transitions share them.
+Each rule is written once: :func:`_offsets` (views back to back, each rounded up to the
+alignment), :func:`_after_acquire` (a request drops the retained span it reaches into and
+raises the high-water mark), :func:`_after_retain` (the span at the end, and whether it is
+intact) and :func:`_grow` (who grows, and when growth is refused). :func:`acquire`
+validates its requests and runs :func:`fit`, which plans from byte counts alone; the
+replayed transitions share the same rules.
 """
 
 from __future__ import annotations
@@ -188,29 +190,36 @@ def _grow(
     return tuple(growth)
 
 
-def _lay_out(
-    requests: Sequence[Any], alignment: int, argname: str
-) -> tuple[tuple[ViewSpec, ...], tuple[int, ...], int]:
-    """Each request validated, the offsets of back-to-back views and the total bytes.
+def _offsets(nbytes: Iterable[int], alignment: int, argname: str) -> tuple[tuple[int, ...], int]:
+    """The layout rule: views of ``nbytes`` bytes each, back to back from the slot's start,
+    each taking its size rounded up to ``alignment``; their offsets and the bytes they need.
 
-    One pass: the request list is the miss path's whole input (the original's own
-    arithmetic, plus a type test per field).
+    Raises:
+        InvalidSpecError: a byte count that is not a non-negative int, or views that need
+            ``2**63`` bytes or more together.
     """
-    checked = []
     offsets = []
     total = 0
-    for i, request in enumerate(requests):
-        spec = quick_spec(request)
-        if spec is None:
-            spec = as_spec(request, f"{argname}[{i}]")
-        checked.append(spec)
+    for n in nbytes:
+        if type(n) is not int or n < 0:
+            raise InvalidSpecError(
+                f"{argname}: a view's byte count must be a non-negative int, got {n!r}."
+            )
         offsets.append(total)
-        total += (spec.nbytes + alignment - 1) & -alignment
+        total += (n + alignment - 1) & -alignment
     if total >= MAX_BYTES:
         raise InvalidSpecError(
             f"{argname}: the views need {total} bytes together, which is not below 2**63."
         )
-    return tuple(checked), tuple(offsets), total
+    return tuple(offsets), total
+
+
+def _validated(requests: Sequence[Any], argname: str) -> tuple[ViewSpec, ...]:
+    """Each ``(shape, dtype)`` request validated, named ``argname[i]`` in errors."""
+    return tuple(
+        quick_spec(request) or as_spec(request, f"{argname}[{i}]")
+        for i, request in enumerate(requests)
+    )
 
 
 # ----- transitions -----
@@ -247,9 +256,11 @@ def acquire(state: WorkspaceState, slot: Slot, *specs: Any) -> tuple[WorkspaceSt
         >>> s.capacity((0, 0))
         512
     """
-    index = state.index(slot)
-    checked, offsets, total = _lay_out(specs, state.alignment, "specs")
-    new, growth = _place(state, index, total)
+    state.index(slot)  # a bad slot is refused before the specs are looked at
+    checked = _validated(specs, "specs")
+    new, index, offsets, total, growth = fit(
+        state, slot, [s.nbytes for s in checked], argname="specs"
+    )
     return new, make_layout(slot, index, checked, offsets, total, state.alignment, growth)
 
 
@@ -300,69 +311,44 @@ def replay_acquire(
 
 
 def fit(
-    state: WorkspaceState, slot: Slot, specs: Sequence[Any], dtype_class: type | None = None
-) -> tuple[WorkspaceState, int, tuple[int, ...], Growth] | None:
-    """:func:`acquire` for the usual request, in plain values, or ``None``.
+    state: WorkspaceState, slot: Slot, nbytes: Iterable[int], *, argname: str = "nbytes"
+) -> tuple[WorkspaceState, int, tuple[int, ...], int, Growth]:
+    """:func:`acquire` of views of ``nbytes`` bytes each, in plain values.
 
-    The miss path of a shell: a request never seen before (a new ``num_tokens``), made of
-    plain values (``tuple`` shapes of ``int`` dims, dtypes with an ``int`` ``itemsize``).
-    Returns ``(new_state, index, offsets, growth)``, what ``acquire(state, slot, *specs)``
-    returns (a property test pins this), without building a :class:`Layout` a shell that
-    keeps nothing does not need; ``None`` when the request is not plain (a ``torch.Size``,
-    a NumPy int, a bad value, which :func:`acquire` accepts or refuses with its own
-    message). A refused growth raises as :func:`acquire` raises. ``dtype_class``: when
-    given, a dtype of another class is not plain either (a shell that makes torch tensors
-    passes ``torch.dtype``, and explains the others itself).
+    A plan depends on a request only through the byte count of each view: this is the
+    transition :func:`acquire` runs once it has validated its ``(shape, dtype)`` pairs, for
+    a shell that validated them itself (the torch façade's miss path: a request never seen
+    before, whose views it carves and does not keep). No :class:`Layout` is built.
+
+    Args:
+        state: the current state.
+        slot: ``(ubatch, lane)``.
+        nbytes: the exact bytes of each view, in call order.
+        argname: how errors name the request (:func:`acquire` passes ``"specs"``).
+
+    Returns:
+        ``(new_state, index, offsets, total, growth)``: what :func:`acquire` returns, the
+        layout's fields spelled out (``index`` is the slot's position in ``state.slots``).
 
     Raises:
+        InvalidSpecError: a byte count that is not a non-negative int, or views that need
+            ``2**63`` bytes or more together.
         WorkspaceLockedError, CapacityLimitError: as :func:`acquire`.
         InvalidSlotError, LaneNotConfiguredError, UbatchNotConfiguredError: a bad slot.
 
     Example:
         >>> import numpy as np
         >>> s, _ = acquire(initial_state(), (0, 0), ((1000,), np.dtype("uint8")))
-        >>> new, index, offsets, growth = fit(s, (0, 0), [((10,), np.dtype("float32"))] * 2)
-        >>> index, offsets, growth
-        (0, (0, 256), ())
+        >>> new, index, offsets, total, growth = fit(s, (0, 0), [40, 40])
+        >>> index, offsets, total, growth
+        (0, (0, 256), 512, ())
         >>> new == acquire(s, (0, 0), *[((10,), np.dtype("float32"))] * 2)[0]
         True
     """
-    ubatch, lane = slot if type(slot) is tuple and len(slot) == 2 else (None, None)
-    if type(ubatch) is int and type(lane) is int and 0 <= lane < state.num_lanes:
-        index = ubatch * state.num_lanes + lane  # state.index(slot), inlined: the miss path
-        if not 0 <= index < len(state.slots):
-            index = state.index(slot)  # it explains what is wrong
-    else:
-        index = state.index(slot)
-    alignment = state.alignment
-    offsets = []
-    total = 0
-    for request in specs:
-        # plain_nbytes(request), inlined (this is the miss path; the test of fit against
-        # acquire pins that they agree):
-        if type(request) is not tuple or len(request) != 2:
-            return None
-        shape, dtype = request
-        if dtype_class is not None and type(dtype) is not dtype_class:
-            return None
-        nbytes = getattr(dtype, "itemsize", None)
-        if type(shape) is not tuple or type(nbytes) is not int or nbytes <= 0:
-            return None
-        for dim in shape:
-            if type(dim) is not int or dim < 0:
-                return None
-            nbytes *= dim
-        offsets.append(total)
-        total += (nbytes + alignment - 1) & -alignment
-    current = state.slots[index]
-    if total <= current.capacity:  # _place's first branch, unrolled: the miss path
-        after = _after_acquire(current, total)
-        new = state if after is current else with_slot(state, index, after)
-        return new, index, tuple(offsets), ()
-    if total >= MAX_BYTES:  # acquire refuses it, naming it
-        return None
+    index = state.index(slot)
+    offsets, total = _offsets(nbytes, state.alignment, argname)
     new, growth = _place(state, index, total)
-    return new, index, tuple(offsets), growth
+    return new, index, offsets, total, growth
 
 
 def _changed(
@@ -526,7 +512,8 @@ def _reservation_bytes(requests: Iterable[Any], alignment: int) -> int:
         if is_spec_like(request):
             needed = max(needed, as_spec(request, f"requests[{i}]").nbytes)
         elif isinstance(request, (tuple, list)):
-            needed = max(needed, _lay_out(request, alignment, f"requests[{i}]")[2])
+            checked = _validated(request, f"requests[{i}]")
+            needed = max(needed, _offsets((c.nbytes for c in checked), alignment, "requests")[1])
         else:
             raise InvalidSpecError(
                 f"requests[{i}] must be a (shape, dtype) pair or a list of them, got {request!r}."

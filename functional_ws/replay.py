@@ -14,9 +14,10 @@ The identity protocol:
   so the views a shell made for it are still good;
 * otherwise it returns a new plan (with the growth to carry out, or a moved span).
 
-And for a request never seen before, :func:`fit` is :func:`functional_ws.acquire` in plain
-values (the new state, the slot's index and the offsets) when the request is plain and
-fits: what a shell needs to carve views it will not keep.
+And for a request never seen before, :func:`fit` plans views from their byte counts alone:
+it is the body of :func:`functional_ws.acquire` (which validates ``(shape, dtype)`` pairs
+and then calls it), for a shell that validated its requests itself and carves views it
+will not keep.
 
 Example:
     >>> import numpy as np

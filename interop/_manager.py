@@ -47,6 +47,7 @@ from ._history import History, Recorder
 from ._jax_config import warn_if_jax_preallocates
 from ._memo import AcquiredEntry, Memo, RetainedEntry
 from ._persistent import PersistentTables, check_persistent_tensor, tensor_factory
+from ._requests import plain_nbytes
 from ._stats import WorkspaceStats, collect
 from ._views import view_maker
 
@@ -54,7 +55,6 @@ _MB = 1024 * 1024
 T = TypeVar("T")
 R = TypeVar("R")
 F = TypeVar("F")
-_DTYPE = torch.dtype
 #: A transition as the façade runs it: state -> (new state, growth to carry out, result).
 Transition = Callable[[WorkspaceState], tuple[WorkspaceState, Growth, R]]
 
@@ -450,14 +450,14 @@ class WorkspaceManager:
                 return self._acquire_planned(specs, slot, admitted=True)
         while True:
             old = self._state
-            try:
-                planned = fit(old, slot, specs, _DTYPE)
-            except WorkspaceLockedError as err:
-                raise _worded(err) from None
-            if planned is None:  # not plain: the core's acquire accepts or explains it
+            nbytes = plain_nbytes(specs)
+            if nbytes is None:  # not plain: the core's acquire accepts or explains it
                 asked = memo is not None  # then admits said no (and noted the request)
                 return self._acquire_planned(specs, slot, admitted=False if asked else None)
-            new, index, offsets, growth = planned
+            try:
+                new, index, offsets, _, growth = fit(old, slot, nbytes, argname="specs")
+            except WorkspaceLockedError as err:
+                raise _worded(err) from None
             if growth:
                 return self._fit_growing(specs, slot, (old, new, growth, (index, offsets)))
             with self._mutex:
@@ -483,9 +483,9 @@ class WorkspaceManager:
         def transition(
             state: WorkspaceState,
         ) -> tuple[WorkspaceState, Growth, tuple[int, tuple[int, ...]]]:
-            again = fit(state, slot, specs, _DTYPE)
-            assert again is not None  # the request is plain: fit answered before
-            new, index, offsets, growth = again
+            nbytes = plain_nbytes(specs)
+            assert nbytes is not None  # the request is plain: it was checked before
+            new, index, offsets, _, growth = fit(state, slot, nbytes, argname="specs")
             return new, growth, (index, offsets)
 
         def finish(placed: tuple[int, tuple[int, ...]]) -> list[torch.Tensor]:

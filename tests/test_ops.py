@@ -214,29 +214,35 @@ def test_a_retain_hint_changes_identity_never_value(first, later, specs, key):
 
 @given(reachable_states(), spec_lists(max_size=3), st.integers(0, 1))
 def test_fit_is_acquire_in_plain_values(state, specs, ubatch):
-    """The miss path's short way: ``fit`` answers as ``acquire`` does, refusals included."""
-    planned = _outcome(fit, state, (ubatch, 0), specs)
+    """``fit`` of the views' byte counts answers as ``acquire`` does, refusals included."""
+    nbytes = [fws.ViewSpec.of(*spec).nbytes for spec in specs]
+    planned = _outcome(fit, state, (ubatch, 0), nbytes)
     outcome = _outcome(fws.acquire, state, (ubatch, 0), *specs)
     if outcome[0] == "refused":
         assert planned == outcome
         return
-    new, index, offsets, growth = planned
+    new, index, offsets, total, growth = planned
     layout = outcome[1]
-    assert outcome[0] == new and (index, offsets, growth) == (
+    assert outcome[0] == new and (index, offsets, total, growth) == (
         layout.index,
         layout.offsets,
+        layout.total,
         layout.growth,
     )
     assert (new is state) == (outcome[0] is state)  # the identity protocol holds too
 
 
-def test_fit_leaves_what_is_not_plain_to_acquire():
-    s, _ = fws.acquire(fws.initial_state(), S, ((4096,), U8))
-    assert fit(s, S, [((True,), U8)]) is None  # acquire refuses it with its own message
-    assert fit(s, S, [((np.int64(4),), U8)]) is None  # acquire accepts it
-    assert fit(s, S, [([4], U8)]) is None
-    assert fit(s, S, [((4,), "uint8")]) is None
-    assert fit(s, S, [((4,), U8)]) == (s, 0, (0,), ())
+@pytest.mark.parametrize("bad", [-1, 1.0, True, None, "8"])
+def test_fit_refuses_a_byte_count_that_is_not_a_non_negative_int(bad):
+    s = fws.initial_state()
+    with pytest.raises(fws.InvalidSpecError, match="non-negative int"):
+        fit(s, S, [8, bad])
+    assert fit(s, S, [8, 0])[1:4] == (0, (0, 256), 256)  # zero bytes is a byte count
+
+
+def test_fit_refuses_views_that_need_2_to_the_63_bytes_together():
+    with pytest.raises(fws.InvalidSpecError, match="2\\*\\*63"):
+        fit(fws.initial_state(), S, [2**62, 2**62])
 
 
 def test_a_hand_made_view_spec_cannot_lie_about_its_bytes():
