@@ -1060,10 +1060,6 @@ class WorkspaceManager:
         resource = self.get_persistent_resource((torch.Tensor, key), factory)
         return check_persistent_tensor(key, resource, spec.shape, dtype)
 
-    def _slot_buffer(self, slot: tuple[int, int]) -> torch.Tensor | None:
-        """The aligned ``uint8`` buffer of ``slot`` (for tests and debugging)."""
-        return self._buffers.buffer(self._state.index(slot))
-
 
 def _plain_shape(shape: tuple[Any, ...]) -> bool:
     for dim in shape:  # noqa: SIM110 - a loop: hot paths call it

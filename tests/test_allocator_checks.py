@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from _seams import slot_buffer
 from conftest import TEST_DEVICE as DEVICE
 
 import interop
@@ -82,7 +83,7 @@ def test_a_buffer_with_the_negative_bit_is_refused():
 def _snapshot(ws, ubatches=2):
     slots = []
     for ubatch in range(ubatches):
-        buffer = ws._slot_buffer((ubatch, 0))
+        buffer = slot_buffer(ws, (ubatch, 0))
         slots.append(None if buffer is None else (buffer.data_ptr(), buffer[:64].clone()))
     return ws.state, slots
 

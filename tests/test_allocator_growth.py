@@ -12,6 +12,7 @@ import gc
 import jax
 import pytest
 import torch
+from _seams import slot_buffer
 from torch.multiprocessing.reductions import StorageWeakRef
 
 import interop
@@ -94,7 +95,7 @@ def _grow_through(ws: interop.WorkspaceManager, before_each=None) -> list[torch.
         if before_each is not None:
             before_each()
         ws.get_simultaneous(((nbytes,), U8))  # the view is dropped at once
-        buffers.append(ws._slot_buffer((0, 0)))
+        buffers.append(slot_buffer(ws, (0, 0)))
     return buffers
 
 
@@ -129,8 +130,8 @@ def test_jax_growth_allocates_once_and_peaks_at_the_new_block(monkeypatch):
     ws = interop.WorkspaceManager("cpu", allocator="jax")
     ws.get_simultaneous(((1000,), U8))
     gc.collect()
-    old = StorageWeakRef(ws._slot_buffer((0, 0)).untyped_storage())
-    old_address = ws._slot_buffer((0, 0)).data_ptr()
+    old = StorageWeakRef(slot_buffer(ws, (0, 0)).untyped_storage())
+    old_address = slot_buffer(ws, (0, 0)).data_ptr()
     baseline = {a.unsafe_buffer_pointer() for a in jax.live_arrays()}
     baseline = {address for address in baseline if not 0 <= old_address - address < 4096}
     calls, peaks, old_alive = [], [], []
@@ -150,7 +151,7 @@ def test_jax_growth_allocates_once_and_peaks_at_the_new_block(monkeypatch):
     assert calls == [block], "one JAX allocation, sized to start at an aligned address"
     assert old_alive == [False], "the old buffer is released before the new one is made"
     assert max(peaks) <= block, (peaks, block)
-    assert ws._slot_buffer((0, 0)).untyped_storage().nbytes() == block
+    assert slot_buffer(ws, (0, 0)).untyped_storage().nbytes() == block
 
 
 def test_a_callable_is_asked_once_per_growth_once_its_alignment_is_seen():

@@ -12,6 +12,7 @@ import threading
 import pytest
 import torch
 from _allocators import workspace
+from _seams import allocator_of, memo_of, slot_buffer
 from conftest import TEST_DEVICE as DEVICE
 
 import interop
@@ -39,7 +40,7 @@ def span(view):
 
 
 def base_of(ws, slot=(0, 0)):
-    return ws._slot_buffer(slot).data_ptr()
+    return slot_buffer(ws, slot).data_ptr()
 
 
 # ----- layout, growth, alignment -----
@@ -106,18 +107,18 @@ def test_growth_enters_alloc_context_first_then_releases_then_allocates(allocato
 
     @contextlib.contextmanager
     def pool():
-        events.append(("enter", ws._buffers.buffer(0) is None))
+        events.append(("enter", slot_buffer(ws) is None))
         yield
         events.append("exit")
 
     ws = manager(alloc_context=pool)
-    real = ws._buffers.allocator.allocate
+    real = allocator_of(ws).allocate
 
     def allocate(*args, **kwargs):
-        events.append(("allocate", ws._buffers.buffer(0) is None))
+        events.append(("allocate", slot_buffer(ws) is None))
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(ws._buffers.allocator, "allocate", allocate)
+    monkeypatch.setattr(allocator_of(ws), "allocate", allocate)
     ws.get_simultaneous(((100,), U8))
     ws.get_simultaneous(((50,), U8))  # fits: no allocation
     ws.get_simultaneous(((300,), U8))
@@ -143,10 +144,10 @@ def test_an_alloc_context_that_fails_to_enter_changes_nothing(allocator, error):
     tail, _ = ws.get_retained("kv", (8,), U8)
     tail.fill_(7)
     fail[0] = True
-    before, buffer = ws.state, ws._slot_buffer((0, 0))
+    before, buffer = ws.state, slot_buffer(ws, (0, 0))
     with pytest.raises(type(error)):
         ws.get_simultaneous(((1000,), U8))
-    assert ws.state is before and ws._slot_buffer((0, 0)) is buffer
+    assert ws.state is before and slot_buffer(ws, (0, 0)) is buffer
     fail[0] = False
     tail, intact = ws.get_retained("kv", (8,), U8)
     assert intact and tail.tolist() == [7] * 8
@@ -432,7 +433,7 @@ def test_memo_is_bounded(monkeypatch):
     for n in range(1, 20):
         ws.get_simultaneous(((n,), U8))
         ws.get_simultaneous(((n,), U8))  # seen twice: memoised
-    assert 0 < ws._acquired[0].entries() <= 4
+    assert 0 < memo_of(ws).entries() <= 4
 
 
 def test_numpy_int_dims_and_torch_size_are_served():
@@ -518,9 +519,9 @@ def test_a_request_is_memoised_the_second_time_it_is_seen():
     ws = manager()
     ws.get_simultaneous(((4096,), U8))  # a growth, seen once
     ws.get_simultaneous(((100,), F32))  # a miss, seen once: nothing kept
-    assert ws._acquired[0].entries() == 0
+    assert memo_of(ws).entries() == 0
     first = ws.get_simultaneous(((100,), F32))[0]
-    assert ws._acquired[0].entries() == 1  # seen twice: memoised
+    assert memo_of(ws).entries() == 1  # seen twice: memoised
     again = ws.get_simultaneous(((100,), F32))[0]
     assert again.data_ptr() == first.data_ptr() and again is not first
 
@@ -539,7 +540,7 @@ def test_memo_evicts_the_least_recently_used(monkeypatch):
     use(1)  # used again: back in the young generation
     for n in (6, 7, 8):
         use(n), use(n)  # the young one fills again: 2, 3, 4 (unused) are dropped
-    memo = ws._acquired[0]
+    memo = memo_of(ws)
 
     def kept(n):
         key = (((n,), U8),)

@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import pytest
 import torch
 from _allocators import misaligned_pool
+from _seams import slot_buffer
 from conftest import TEST_DEVICE as DEVICE
 from conftest import needs_cuda
 from test_jax_call import TRIALS, slow_sum
@@ -86,7 +87,7 @@ def _snapshot(ws):
     slots = []
     for ubatch in range(2):
         with use_workspace_ubatch(ubatch):
-            buffer = ws._slot_buffer((ubatch, 0))
+            buffer = slot_buffer(ws, (ubatch, 0))
             start = ws.state.slots[ubatch].retained[1]
             slots.append((buffer.data_ptr(), buffer[start : start + 64].clone()))
     return ws.state, slots
@@ -180,7 +181,7 @@ def _jax_owner(buffer):
 def test_jax_owned_buffer_lies_in_the_jax_array_the_slot_keeps():
     ws = WorkspaceManager(DEVICE, allocator="jax")
     ws.get_simultaneous(((1000,), U8))
-    buffer = ws._slot_buffer((0, 0))
+    buffer = slot_buffer(ws, (0, 0))
     owner = _jax_owner(buffer)
     assert isinstance(owner, jax.Array) and owner.dtype == jnp.uint8
     start = owner.unsafe_buffer_pointer()
@@ -195,7 +196,7 @@ def test_growth_releases_the_jax_array_unless_a_view_pins_its_memory(caplog):
     caplog.set_level(logging.WARNING, logger="interop")
     ws = WorkspaceManager(DEVICE, allocator="jax")
     ws.get_simultaneous(((1000,), U8))
-    first = weakref.ref(_jax_owner(ws._slot_buffer((0, 0))))
+    first = weakref.ref(_jax_owner(slot_buffer(ws, (0, 0))))
     ws.get_simultaneous(((5000,), U8))
     gc.collect()
     assert first() is None and ws.stats().pinned_bytes == 0 and caplog.text == ""

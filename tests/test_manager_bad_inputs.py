@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 from _allocators import workspace
+from _seams import slot_buffer
 from conftest import TEST_DEVICE as DEVICE
 
 import functional_ws as fws
@@ -163,7 +164,7 @@ def _base():
 def _snapshot(ws):
     """State, retained bytes, persistent contents and buffer address of slot (0, 0)."""
     start = ws.state.slots[0].retained[1]
-    buffer = ws._slot_buffer((0, 0))
+    buffer = slot_buffer(ws, (0, 0))
     retained = buffer[start : start + 64].clone()
     persistent = ws.get_persistent("w", (4,), F32).clone()
     return ws.state, retained, persistent, buffer.data_ptr()

@@ -13,6 +13,7 @@ import json
 import pytest
 import torch
 from _allocators import workspace
+from _seams import allocator_of, slot_buffer
 
 import functional_ws as fws
 from interop import CapacityLimitError, use_workspace_ubatch
@@ -47,11 +48,11 @@ def _tail_is_intact(ws):
 )
 def test_a_request_that_can_never_fit_is_refused_before_anything_is_released(allocator, call):
     ws = _warm()
-    before, buffer = ws.state, ws._slot_buffer((0, 0))
+    before, buffer = ws.state, slot_buffer(ws, (0, 0))
     with pytest.raises(CapacityLimitError, match="can never fit") as info:
         call(ws)
     assert isinstance(info.value, RuntimeError)  # what torch raises for out of memory
-    assert ws.state is before and ws._slot_buffer((0, 0)) is buffer
+    assert ws.state is before and slot_buffer(ws, (0, 0)) is buffer
     assert _tail_is_intact(ws)
 
 
@@ -74,7 +75,7 @@ class Flaky:
 
     def __init__(self, ws, limit, error=torch.OutOfMemoryError):
         self.real, self.limit, self.error, self.asked = (
-            ws._buffers.allocator.allocate,
+            allocator_of(ws).allocate,
             limit,
             error,
             [],
@@ -90,7 +91,7 @@ class Flaky:
 def test_a_real_out_of_memory_gets_the_slot_its_old_capacity_back(monkeypatch):
     ws = _warm()
     flaky = Flaky(ws, limit=4096)
-    monkeypatch.setattr(ws._buffers.allocator, "allocate", flaky)
+    monkeypatch.setattr(allocator_of(ws), "allocate", flaky)
     with pytest.raises(torch.OutOfMemoryError) as info:  # the allocator's own error
         ws.get_simultaneous(((100_000,), U8))
     notes = " ".join(getattr(info.value, "__notes__", []))
@@ -98,7 +99,7 @@ def test_a_real_out_of_memory_gets_the_slot_its_old_capacity_back(monkeypatch):
     assert flaky.asked == [100_096, 1024]  # released first, then the old size again
     slot = ws.state.slots[0]
     assert (slot.capacity, slot.retained, slot.growths, slot.high_water) == (1024, None, 2, 1024)
-    assert ws._slot_buffer((0, 0)).numel() == 1024  # the state records the buffer that exists
+    assert slot_buffer(ws, (0, 0)).numel() == 1024  # the state records the buffer that exists
     _tail, intact = ws.get_retained("kv", (16,), U8)
     assert not intact  # new bytes: reported not intact
     (view,) = ws.get_simultaneous(((1000,), U8))  # the manager keeps working
@@ -107,11 +108,11 @@ def test_a_real_out_of_memory_gets_the_slot_its_old_capacity_back(monkeypatch):
 
 def test_when_even_the_old_capacity_fails_the_slot_is_empty_and_the_error_says_so(monkeypatch):
     ws = _warm()
-    monkeypatch.setattr(ws._buffers.allocator, "allocate", Flaky(ws, limit=0, error=MemoryError))
+    monkeypatch.setattr(allocator_of(ws), "allocate", Flaky(ws, limit=0, error=MemoryError))
     with pytest.raises(MemoryError) as info:
         ws.get_simultaneous(((100_000,), U8))
     assert "has no buffer now (capacity 0)" in " ".join(info.value.__notes__)
-    assert ws.state.capacity((0, 0)) == 0 and ws._slot_buffer((0, 0)) is None
+    assert ws.state.capacity((0, 0)) == 0 and slot_buffer(ws, (0, 0)) is None
     assert ws.state.slots[0].retained is None
     monkeypatch.undo()
     (view,) = ws.get_simultaneous(((10,), U8))  # its next request allocates one
@@ -120,10 +121,10 @@ def test_when_even_the_old_capacity_fails_the_slot_is_empty_and_the_error_says_s
 
 def test_an_interrupt_during_allocation_restores_the_slot(monkeypatch):
     ws = _warm()
-    monkeypatch.setattr(ws._buffers.allocator, "allocate", Flaky(ws, 4096, KeyboardInterrupt))
+    monkeypatch.setattr(allocator_of(ws), "allocate", Flaky(ws, 4096, KeyboardInterrupt))
     with pytest.raises(KeyboardInterrupt):
         ws.get_simultaneous(((100_000,), U8))
-    assert ws.state.capacity((0, 0)) == 1024 and ws._slot_buffer((0, 0)).numel() == 1024
+    assert ws.state.capacity((0, 0)) == 1024 and slot_buffer(ws, (0, 0)).numel() == 1024
 
 
 def test_ubatches_growth_failing_in_the_second_slot_leaves_no_slot_empty(monkeypatch):
@@ -138,11 +139,11 @@ def test_ubatches_growth_failing_in_the_second_slot_leaves_no_slot_empty(monkeyp
             raise torch.OutOfMemoryError("pretend the device is full now")
         return flaky.real(nbytes, *args, **kwargs)
 
-    monkeypatch.setattr(ws._buffers.allocator, "allocate", second_fails)
+    monkeypatch.setattr(allocator_of(ws), "allocate", second_fails)
     with use_workspace_ubatch(0), pytest.raises(torch.OutOfMemoryError):
         ws.get_simultaneous(((8192,), U8))
     assert [s.capacity for s in ws.state.slots] == [8192, 4096]  # not [8192, 0]
-    assert [ws._slot_buffer((u, 0)).numel() for u in (0, 1)] == [8192, 4096]
+    assert [slot_buffer(ws, (u, 0)).numel() for u in (0, 1)] == [8192, 4096]
     assert [s.high_water for s in ws.state.slots] == [4096, 0]  # the failed call served nothing
 
 
@@ -159,7 +160,7 @@ def test_every_hook_is_entered_before_a_multi_slot_growth_releases_anything(allo
     with use_workspace_ubatch(1):
         ws.get_simultaneous(((512,), U8))
     ws.get_simultaneous(((1024,), U8))
-    before, buffers = ws.state, [ws._slot_buffer((u, 0)) for u in (0, 1)]
+    before, buffers = ws.state, [slot_buffer(ws, (u, 0)) for u in (0, 1)]
     fail[0] = True
     for call in (
         lambda: ws.reserve(((4096,), U8)),
@@ -168,4 +169,4 @@ def test_every_hook_is_entered_before_a_multi_slot_growth_releases_anything(allo
         with pytest.raises(RuntimeError, match="pool unavailable"):
             call()
         assert ws.state is before
-        assert [ws._slot_buffer((u, 0)) for u in (0, 1)] == buffers
+        assert [slot_buffer(ws, (u, 0)) for u in (0, 1)] == buffers

@@ -7,6 +7,7 @@ import logging
 import pytest
 import torch
 from _allocators import workspace
+from _seams import slot_buffer
 from conftest import TEST_DEVICE as DEVICE
 from conftest import needs_cuda
 
@@ -104,7 +105,7 @@ def test_growth_during_capture_is_refused_and_changes_nothing(monkeypatch):
     with pytest.raises(GrowthDuringCaptureError, match="captured") as info:
         ws.get_simultaneous(((64,), U8))
     assert isinstance(info.value, RuntimeError)
-    assert ws.state is before and ws._slot_buffer((0, 0)) is None
+    assert ws.state is before and slot_buffer(ws, (0, 0)) is None
 
 
 @needs_cuda

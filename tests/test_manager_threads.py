@@ -14,6 +14,7 @@ import threading
 
 import pytest
 import torch
+from _seams import slot_buffer
 
 from interop import WorkspaceManager, use_workspace_ubatch
 
@@ -38,7 +39,7 @@ class Hooked(tuple):
 
 def _inside(view, ws, slot=(0, 0)):
     """Whether ``view`` lies inside the slot's current buffer."""
-    buffer = ws._slot_buffer(slot)
+    buffer = slot_buffer(ws, slot)
     start, end = buffer.data_ptr(), buffer.data_ptr() + buffer.numel()
     return start <= view.data_ptr() and view.data_ptr() + view.numel() * view.element_size() <= end
 

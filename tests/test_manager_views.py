@@ -16,6 +16,7 @@ import itertools
 import pytest
 import torch
 from _allocators import workspace
+from _seams import slot_buffer
 from conftest import TEST_DEVICE as DEVICE
 
 pytestmark = pytest.mark.usefixtures("allocator")  # every allocator's buffers, the same uses
@@ -69,7 +70,7 @@ class Ours:
         self.ws = workspace(DEVICE)
         with alloc_mode():
             self.ws.reserve(((1024,), torch.uint8))
-            self.ws._slot_buffer((0, 0)).zero_()  # the original's buffer above is zeros too
+            slot_buffer(self.ws, (0, 0)).zero_()  # the original's buffer above is zeros too
 
     def carve(self):
         self.ws.get_simultaneous(((8,), torch.uint8), SPEC)
