@@ -16,7 +16,7 @@ Growth = tuple[tuple[Slot, int], ...]
 
 # Plans are static data, like the state: a jitted function may return them (no leaves).
 @jax.tree_util.register_static
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class Layout:
     """The plan for one :func:`functional_ws.acquire` call.
 
@@ -60,7 +60,7 @@ class Layout:
 
 
 @jax.tree_util.register_static
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class Span:
     """The plan for one :func:`functional_ws.retain` call: a span at the slot's end.
 
@@ -101,6 +101,7 @@ class Span:
 
 
 _new = object.__new__
+_set = object.__setattr__
 
 
 def make_layout(
@@ -112,17 +113,15 @@ def make_layout(
     alignment: int,
     growth: Growth = (),
 ) -> Layout:
-    """``Layout(...)`` from fields already computed, at half the cost of the frozen
+    """``Layout(...)`` from fields already computed, without the frozen
     dataclass's ``__init__``: every request never seen before builds one. Equal and
     hash-equal to the constructor's (a test pins it)."""
     layout = _new(Layout)
-    layout.__dict__.update(
-        slot=slot,
-        index=index,
-        specs=specs,
-        offsets=offsets,
-        total=total,
-        alignment=alignment,
-        growth=growth,
-    )
+    _set(layout, "slot", slot)
+    _set(layout, "index", index)
+    _set(layout, "specs", specs)
+    _set(layout, "offsets", offsets)
+    _set(layout, "total", total)
+    _set(layout, "alignment", alignment)
+    _set(layout, "growth", growth)
     return layout

@@ -27,7 +27,7 @@ def round_up(n: int, alignment: int) -> int:
 
 
 @jax.tree_util.register_static
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class ViewSpec:
     """One validated view request; its fields always agree with each other.
 
@@ -89,7 +89,10 @@ class ViewSpec:
 def _checked_spec(shape: tuple[int, ...], dtype: Any, itemsize: int, nbytes: int) -> ViewSpec:
     """A :class:`ViewSpec` from fields this module has just validated (skips re-checking)."""
     spec = object.__new__(ViewSpec)
-    spec.__dict__.update(shape=shape, dtype=dtype, itemsize=itemsize, nbytes=nbytes)
+    object.__setattr__(spec, "shape", shape)
+    object.__setattr__(spec, "dtype", dtype)
+    object.__setattr__(spec, "itemsize", itemsize)
+    object.__setattr__(spec, "nbytes", nbytes)
     return spec
 
 

@@ -56,7 +56,7 @@ MAX_SLOTS = 2**16
 
 
 @jax.tree_util.register_static
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class SlotState:
     """What the planner knows about one ``(ubatch, lane)`` slot.
 
@@ -77,7 +77,7 @@ class SlotState:
 
 
 @jax.tree_util.register_static
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class WorkspaceState:
     """The manager's whole state, immutable and hashable; equality is by value.
 
@@ -178,6 +178,7 @@ class WorkspaceState:
 
 
 _new = object.__new__
+_set = object.__setattr__  # the frozen classes' own __setattr__ refuses
 
 
 def make_slot(
@@ -187,38 +188,38 @@ def make_slot(
     retained: tuple[Hashable, int] | None,
     persistent_keys: frozenset[Hashable],
 ) -> SlotState:
-    """``SlotState(...)`` from fields already valid, at half the cost of the frozen
-    dataclass's ``__init__`` (one ``object.__setattr__`` per field): the transitions build
-    one on every state change. Equal and hash-equal to the constructor's (a test pins it)."""
+    """``SlotState(...)`` from fields already valid, without the frozen dataclass's
+    ``__init__`` and its defaults (the transitions build one on every state change). Equal
+    and hash-equal to the constructor's (a test pins it)."""
     slot = _new(SlotState)
-    slot.__dict__.update(
-        capacity=capacity,
-        high_water=high_water,
-        growths=growths,
-        retained=retained,
-        persistent_keys=persistent_keys,
-    )
+    _set(slot, "capacity", capacity)
+    _set(slot, "high_water", high_water)
+    _set(slot, "growths", growths)
+    _set(slot, "retained", retained)
+    _set(slot, "persistent_keys", persistent_keys)
     return slot
 
 
 def with_slots(state: WorkspaceState, slots: tuple[SlotState, ...]) -> WorkspaceState:
     """``state`` with ``slots`` in place of its own, built as :func:`make_slot` builds."""
     new = _new(WorkspaceState)
-    fields = new.__dict__
-    fields.update(state.__dict__)
-    fields["slots"] = slots
+    _set(new, "num_ubatches", state.num_ubatches)
+    _set(new, "num_lanes", state.num_lanes)
+    _set(new, "alignment", state.alignment)
+    _set(new, "growth", state.growth)
+    _set(new, "locked", state.locked)
+    _set(new, "slots", slots)
+    _set(new, "max_capacity", state.max_capacity)
     return new
 
 
 def with_slot(state: WorkspaceState, index: int, slot: SlotState) -> WorkspaceState:
     """``state`` with ``slot`` at ``index`` (:func:`with_slots` for one slot, in one call:
     every state change that touches one slot builds one)."""
-    new = _new(WorkspaceState)
-    fields = new.__dict__
-    fields.update(state.__dict__)
     slots = state.slots
-    fields["slots"] = (slot,) if len(slots) == 1 else (*slots[:index], slot, *slots[index + 1 :])
-    return new
+    return with_slots(
+        state, (slot,) if len(slots) == 1 else (*slots[:index], slot, *slots[index + 1 :])
+    )
 
 
 #: How a state presents itself (``"text"`` for ``str``, ``"html"`` for Jupyter). This
