@@ -8,12 +8,12 @@ state object is returned (``new is state``), and a replayed plan that needs no g
 the very same plan object the caller passed (``layout is memoised``). So a shell can
 memoise plans per request and skip work on identity alone.
 
-Each rule is written once: :func:`_offsets` (views back to back, each rounded up to the
-alignment), :func:`_after_acquire` (a request drops the retained span it reaches into and
-raises the high-water mark), :func:`_after_retain` (the span at the end, and whether it is
-intact) and :func:`_grow` (who grows, and when growth is refused). :func:`acquire`
-validates its requests and runs :func:`fit`, which plans from byte counts alone; the
-replayed transitions share the same rules.
+Each rule is written once: :func:`fit` (views back to back, each rounded up to the
+alignment, and who grows), :func:`_after_acquire` (a request drops the retained span it
+reaches into and raises the high-water mark), :func:`_after_retain` (the span at the end,
+and whether it is intact) and :func:`_grow` (who grows, and when growth is refused).
+:func:`acquire` validates its requests and runs :func:`fit`, which plans from byte counts
+alone; the replayed transitions and :func:`reserve` share the same rules.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from typing import Any
 from ._errors import (
     CapacityLimitError,
     InvalidPlanError,
+    InvalidSlotError,
     InvalidSpecError,
     PersistentKeyLockedError,
     WorkspaceLockedError,
@@ -190,30 +191,6 @@ def _grow(
     return tuple(growth)
 
 
-def _offsets(nbytes: Iterable[int], alignment: int, argname: str) -> tuple[tuple[int, ...], int]:
-    """The layout rule: views of ``nbytes`` bytes each, back to back from the slot's start,
-    each taking its size rounded up to ``alignment``; their offsets and the bytes they need.
-
-    Raises:
-        InvalidSpecError: a byte count that is not a non-negative int, or views that need
-            ``2**63`` bytes or more together.
-    """
-    offsets = []
-    total = 0
-    for n in nbytes:
-        if type(n) is not int or n < 0:
-            raise InvalidSpecError(
-                f"{argname}: a view's byte count must be a non-negative int, got {n!r}."
-            )
-        offsets.append(total)
-        total += (n + alignment - 1) & -alignment
-    if total >= MAX_BYTES:
-        raise InvalidSpecError(
-            f"{argname}: the views need {total} bytes together, which is not below 2**63."
-        )
-    return tuple(offsets), total
-
-
 def _validated(requests: Sequence[Any], argname: str) -> tuple[ViewSpec, ...]:
     """Each ``(shape, dtype)`` request validated, named ``argname[i]`` in errors."""
     return tuple(
@@ -256,25 +233,10 @@ def acquire(state: WorkspaceState, slot: Slot, *specs: Any) -> tuple[WorkspaceSt
         >>> s.capacity((0, 0))
         512
     """
-    state.index(slot)  # a bad slot is refused before the specs are looked at
+    index = state.index(slot)  # a bad slot is refused before the specs are looked at
     checked = _validated(specs, "specs")
-    new, index, offsets, total, growth = fit(
-        state, slot, [s.nbytes for s in checked], argname="specs"
-    )
+    new, offsets, total, growth = fit(state, index, [s.nbytes for s in checked], argname="specs")
     return new, make_layout(slot, index, checked, offsets, total, state.alignment, growth)
-
-
-def _place(state: WorkspaceState, index: int, total: int) -> tuple[WorkspaceState, Growth]:
-    """The state after a request of ``total`` bytes from the start of slot ``index``, and the
-    growth it needs (the slot, or its lane's ubatch slots, grown as the policy says)."""
-    current = state.slots[index]
-    if total <= current.capacity:
-        after = _after_acquire(current, total)
-        return (state if after is current else with_slot(state, index, after)), ()
-    slots = list(state.slots)
-    growth = _grow(state, slots, _policy_targets(state, index), total)
-    slots[index] = _after_acquire(slots[index], total)
-    return with_slots(state, tuple(slots)), growth
 
 
 def replay_acquire(
@@ -311,44 +273,83 @@ def replay_acquire(
 
 
 def fit(
-    state: WorkspaceState, slot: Slot, nbytes: Iterable[int], *, argname: str = "nbytes"
-) -> tuple[WorkspaceState, int, tuple[int, ...], int, Growth]:
-    """:func:`acquire` of views of ``nbytes`` bytes each, in plain values.
+    state: WorkspaceState, index: int, nbytes: Iterable[int], *, argname: str = "nbytes"
+) -> tuple[WorkspaceState, tuple[int, ...], int, Growth]:
+    """:func:`acquire` of views of ``nbytes`` bytes each in the slot at ``index``, in plain
+    values.
 
     A plan depends on a request only through the byte count of each view: this is the
-    transition :func:`acquire` runs once it has validated its ``(shape, dtype)`` pairs, for
-    a shell that validated them itself (the torch façade's miss path: a request never seen
-    before, whose views it carves and does not keep). No :class:`Layout` is built.
+    transition :func:`acquire` runs once it has validated its slot and its ``(shape,
+    dtype)`` pairs, for a shell that validated them itself (the torch façade's miss path: a
+    request never seen before, whose views it carves and does not keep). No
+    :class:`Layout` is built.
 
     Args:
         state: the current state.
-        slot: ``(ubatch, lane)``.
+        index: the slot's position in ``state.slots`` (``state.index((ubatch, lane))``).
         nbytes: the exact bytes of each view, in call order.
         argname: how errors name the request (:func:`acquire` passes ``"specs"``).
 
     Returns:
-        ``(new_state, index, offsets, total, growth)``: what :func:`acquire` returns, the
-        layout's fields spelled out (``index`` is the slot's position in ``state.slots``).
+        ``(new_state, offsets, total, growth)``: what :func:`acquire` returns, the layout's
+        fields spelled out.
 
     Raises:
+        InvalidSlotError: (``ValueError``) ``index`` is not a slot's position.
         InvalidSpecError: a byte count that is not a non-negative int, or views that need
             ``2**63`` bytes or more together.
         WorkspaceLockedError, CapacityLimitError: as :func:`acquire`.
-        InvalidSlotError, LaneNotConfiguredError, UbatchNotConfiguredError: a bad slot.
 
     Example:
         >>> import numpy as np
         >>> s, _ = acquire(initial_state(), (0, 0), ((1000,), np.dtype("uint8")))
-        >>> new, index, offsets, total, growth = fit(s, (0, 0), [40, 40])
-        >>> index, offsets, total, growth
-        (0, (0, 256), 512, ())
+        >>> new, offsets, total, growth = fit(s, 0, [40, 40])
+        >>> offsets, total, growth
+        ((0, 256), 512, ())
         >>> new == acquire(s, (0, 0), *[((10,), np.dtype("float32"))] * 2)[0]
         True
     """
-    index = state.index(slot)
-    offsets, total = _offsets(nbytes, state.alignment, argname)
-    new, growth = _place(state, index, total)
-    return new, index, offsets, total, growth
+    slots = state.slots
+    if type(index) is not int or not 0 <= index < len(slots):
+        raise InvalidSlotError(
+            f"index must be a slot's position, an int from 0 to {len(slots) - 1}, got {index!r}."
+        )
+    alignment = state.alignment
+    offsets = []
+    total = 0
+    for n in nbytes:  # the layout rule: back to back, each rounded up to the alignment
+        if type(n) is not int or n < 0:
+            raise InvalidSpecError(
+                f"{argname}: a view's byte count must be a non-negative int, got {n!r}."
+            )
+        offsets.append(total)
+        total += (n + alignment - 1) & -alignment
+    if total >= MAX_BYTES:
+        raise InvalidSpecError(
+            f"{argname}: the views need {total} bytes together, which is not below 2**63."
+        )
+    current = slots[index]
+    if total <= current.capacity:  # it fits: the usual case
+        after = _after_acquire(current, total)
+        new = state if after is current else with_slot(state, index, after)
+        return new, tuple(offsets), total, ()
+    grown = list(slots)
+    growth = _grow(state, grown, _policy_targets(state, index), total)
+    grown[index] = _after_acquire(grown[index], total)
+    return with_slots(state, tuple(grown)), tuple(offsets), total, growth
+
+
+def layout_of(state: WorkspaceState, slot: Slot, specs: Sequence[Any]) -> Layout:
+    """The layout :func:`acquire` gives ``specs`` in ``slot`` of ``state``, as a slot that
+    already holds it sees it (no growth): what a picture of a request served without a
+    :class:`Layout` draws (a layout depends on the state only through its alignment).
+
+    Example:
+        >>> import numpy as np
+        >>> layout_of(initial_state(), (0, 0), [((10,), np.dtype("float32"))] * 2).offsets
+        (0, 256)
+    """
+    return acquire(unlock(state), slot, *specs)[1].without_growth()
 
 
 def _changed(
@@ -513,7 +514,9 @@ def _reservation_bytes(requests: Iterable[Any], alignment: int) -> int:
             needed = max(needed, as_spec(request, f"requests[{i}]").nbytes)
         elif isinstance(request, (tuple, list)):
             checked = _validated(request, f"requests[{i}]")
-            needed = max(needed, _offsets((c.nbytes for c in checked), alignment, "requests")[1])
+            empty = initial_state(alignment=alignment)  # fit's total: the one layout rule
+            total = fit(empty, 0, [c.nbytes for c in checked], argname="requests")[2]
+            needed = max(needed, total)
         else:
             raise InvalidSpecError(
                 f"requests[{i}] must be a (shape, dtype) pair or a list of them, got {request!r}."

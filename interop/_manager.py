@@ -34,7 +34,7 @@ import torch
 import functional_ws as fws
 from functional_ws import Growth, InvalidSpecError, ViewSpec, WorkspaceLockedError, WorkspaceState
 from functional_ws.display import format_bytes
-from functional_ws.replay import fit, replay_acquire, replay_retain
+from functional_ws.replay import fit, layout_of, replay_acquire, replay_retain
 
 from . import _context, _plans
 from ._allocators import AllocatorArg, resolve_allocator
@@ -455,7 +455,8 @@ class WorkspaceManager:
                 asked = memo is not None  # then admits said no (and noted the request)
                 return self._acquire_planned(specs, slot, admitted=False if asked else None)
             try:
-                new, index, offsets, _, growth = fit(old, slot, nbytes, argname="specs")
+                index = old.index(slot)
+                new, offsets, _, growth = fit(old, index, nbytes, argname="specs")
             except WorkspaceLockedError as err:
                 raise _worded(err) from None
             if growth:
@@ -485,7 +486,8 @@ class WorkspaceManager:
         ) -> tuple[WorkspaceState, Growth, tuple[int, tuple[int, ...]]]:
             nbytes = plain_nbytes(specs)
             assert nbytes is not None  # the request is plain: it was checked before
-            new, index, offsets, _, growth = fit(state, slot, nbytes, argname="specs")
+            index = state.index(slot)
+            new, offsets, _, growth = fit(state, index, nbytes, argname="specs")
             return new, growth, (index, offsets)
 
         def finish(placed: tuple[int, tuple[int, ...]]) -> list[torch.Tensor]:
@@ -1141,7 +1143,7 @@ def _last_plans(state: WorkspaceState, memos: list[Memo]) -> dict[tuple[int, int
         last = memo.last
         if isinstance(last, tuple):
             slot, specs = last
-            last = fws.acquire(fws.unlock(state), slot, *specs)[1].without_growth()
+            last = layout_of(state, slot, specs)
         if last is not None:
             plans[state.slot_of(i)] = last
     return plans

@@ -216,15 +216,14 @@ def test_a_retain_hint_changes_identity_never_value(first, later, specs, key):
 def test_fit_is_acquire_in_plain_values(state, specs, ubatch):
     """``fit`` of the views' byte counts answers as ``acquire`` does, refusals included."""
     nbytes = [fws.ViewSpec.of(*spec).nbytes for spec in specs]
-    planned = _outcome(fit, state, (ubatch, 0), nbytes)
+    planned = _outcome(fit, state, state.index((ubatch, 0)), nbytes)
     outcome = _outcome(fws.acquire, state, (ubatch, 0), *specs)
     if outcome[0] == "refused":
         assert planned == outcome
         return
-    new, index, offsets, total, growth = planned
+    new, offsets, total, growth = planned
     layout = outcome[1]
-    assert outcome[0] == new and (index, offsets, total, growth) == (
-        layout.index,
+    assert outcome[0] == new and (offsets, total, growth) == (
         layout.offsets,
         layout.total,
         layout.growth,
@@ -236,13 +235,20 @@ def test_fit_is_acquire_in_plain_values(state, specs, ubatch):
 def test_fit_refuses_a_byte_count_that_is_not_a_non_negative_int(bad):
     s = fws.initial_state()
     with pytest.raises(fws.InvalidSpecError, match="non-negative int"):
-        fit(s, S, [8, bad])
-    assert fit(s, S, [8, 0])[1:4] == (0, (0, 256), 256)  # zero bytes is a byte count
+        fit(s, 0, [8, bad])
+    assert fit(s, 0, [8, 0])[1:3] == ((0, 256), 256)  # zero bytes is a byte count
+
+
+@pytest.mark.parametrize("bad", [-1, 1, True, 0.0, None, (0, 0)])
+def test_fit_refuses_an_index_that_is_not_a_slots_position(bad):
+    s = fws.initial_state()
+    with pytest.raises(fws.InvalidSlotError, match="index must be a slot's position"):
+        fit(s, bad, [8])
 
 
 def test_fit_refuses_views_that_need_2_to_the_63_bytes_together():
     with pytest.raises(fws.InvalidSpecError, match="2\\*\\*63"):
-        fit(fws.initial_state(), S, [2**62, 2**62])
+        fit(fws.initial_state(), 0, [2**62, 2**62])
 
 
 def test_a_hand_made_view_spec_cannot_lie_about_its_bytes():

@@ -20,7 +20,7 @@ DISPLAY_NAMES = {
     "COLOURS", "Segment", "SlotPicture", "dtype_colour", "format_bytes", "plot", "render",
     "render_html", "slot_pictures",
 }  # fmt: skip
-REPLAY_NAMES = {"fit", "replay_acquire", "replay_retain"}
+REPLAY_NAMES = {"fit", "layout_of", "replay_acquire", "replay_retain"}
 TESTING_NAMES = {
     "DEFAULT_DTYPES", "Transitions", "WorkspaceMachine", "WorkspaceModel", "dtypes", "keys",
     "shapes", "slots", "spec_lists", "specs",
