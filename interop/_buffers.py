@@ -9,9 +9,7 @@ If that allocation fails, the old capacity is allocated again where possible, an
 allocator's buffers are allocated (and validated) before anything is released
 (:meth:`SlotBuffers.prepare`), so a refused result changes nothing.
 
-Views are carved with one ``as_strided`` over a typed alias of the buffer (one alias per
-dtype, made on first use), which costs about a fifth of the original's slice,
-``view(dtype)`` and ``reshape``.
+Views are carved by each slot's :class:`interop._carving.Carver`.
 """
 
 from __future__ import annotations
@@ -26,6 +24,7 @@ import functional_ws as fws
 from functional_ws import Growth, Slot, WorkspaceState
 
 from ._allocators import Allocation, SlotAllocator
+from ._carving import Carver
 from ._device import empty_device_cache
 from ._diagnostics import caller_origin, debug_enabled, logger
 from ._retired import RetiredBuffers
@@ -68,11 +67,7 @@ class SlotBuffers:
         self._alignment = alignment
         self._buffers: list[torch.Tensor | None] = [None] * count
         self._owners: list[Any] = [None] * count  # what owns each buffer's memory (a jax.Array)
-        # Per slot, per dtype: the buffer seen as that dtype, and its first element's offset.
-        self._aliases: list[dict[Any, tuple[torch.Tensor, int, int] | None]] = [
-            {} for _ in range(count)
-        ]
-        self._empty: torch.Tensor | None = None
+        self.carvers: list[Carver] = [Carver(None, device) for _ in range(count)]
         self._retiring: list[Any] = []  # records to report once the caller's lock is released
         self._resized: list[tuple[str, Slot, int, int]] = []  # growths for the debug log
 
@@ -190,7 +185,7 @@ class SlotBuffers:
         """Drop slot ``index``'s buffer (reporting it if something else holds it)."""
         retiring = self._buffers[index]
         self._buffers[index] = self._owners[index] = None
-        self._aliases[index] = {}
+        self.carvers[index] = Carver(None, self.device)
         released(index)
         if retiring is not None and _held_elsewhere(retiring):
             self._retiring.append(self.retired.retire(slot, retiring))
@@ -211,90 +206,17 @@ class SlotBuffers:
     def _install(self, index: int, allocation: Allocation) -> None:
         self._buffers[index] = allocation.buffer
         self._owners[index] = allocation.owner
+        self.carvers[index] = Carver(allocation.buffer, self.device)
 
     # ----- views -----
 
     def carve(
         self, index: int, offsets: Sequence[int], requests: Sequence[tuple[Any, Any]]
     ) -> list[torch.Tensor]:
-        """The views of ``requests`` (plain ``(shape, dtype)`` pairs, validated by the core) at
-        byte ``offsets`` of slot ``index``'s buffer.
-
-        One ``as_strided`` per view over a typed alias of the buffer where the buffer's
-        start allows one (always for the built-in allocators); otherwise the original's
-        slice, ``view(dtype)`` and ``view(shape)``. Carved outside inference mode whatever
-        the caller's mode: a view carved inside it would not share the buffer's version
-        counter, and every view made from it later would lose autograd's in-place checks.
-        (A buffer allocated in inference mode is an inference tensor, and so are its views,
-        as in the original.) The views share a base (the alias): memoise them and hand out
-        ``view.view(view.dtype)`` of each (:func:`fresh`).
-        """
-        if _inference_mode_enabled():
-            with torch.inference_mode(False):
-                return self.carve(index, offsets, requests)
-        aliases = self._aliases[index]
-        if len(requests) == 1:  # the usual single view, without the loop
-            ((shape, dtype),) = requests
-            alias: Any = aliases.get(dtype, _UNKNOWN)
-            if alias is _UNKNOWN:
-                alias = self._alias(index, dtype)
-            offset = offsets[0]
-            if alias is not None and not offset % alias[2] and 0 < len(shape) <= 2:
-                strides: tuple[int, ...] = (1,) if len(shape) == 1 else (shape[1] or 1, 1)
-                return [_as_strided(alias[0], shape, strides, alias[1] + offset // alias[2])]
-        views = []
-        for offset, (shape, dtype) in zip(offsets, requests, strict=False):  # equal lengths
-            alias = aliases.get(dtype, _UNKNOWN)
-            if alias is _UNKNOWN:
-                alias = self._alias(index, dtype)
-            if alias is None or offset % alias[2]:
-                views.append(self._slice(index, offset, shape, dtype))
-                continue
-            if len(shape) == 1:
-                strides = (1,)
-            elif len(shape) == 2:
-                strides = (shape[1] or 1, 1)
-            else:
-                strides = _contiguous_strides(shape)
-            views.append(_as_strided(alias[0], shape, strides, alias[1] + offset // alias[2]))
-        return views
-
-    def _slice(self, index: int, offset: int, shape: tuple[int, ...], dtype: Any) -> torch.Tensor:
-        """The original's way: slice the bytes, view them as the dtype, then the shape."""
-        buffer = self._buffers[index]
-        if buffer is None:  # a slot without a buffer serves only empty views
-            if self._empty is None:
-                self._empty = torch.empty((0,), dtype=torch.uint8, device=self.device)
-            buffer = self._empty
-        nbytes = dtype.itemsize
-        for dim in shape:
-            nbytes *= dim
-        return buffer[offset : offset + nbytes].view(dtype).view(shape)
-
-    def _alias(self, index: int, dtype: Any) -> tuple[torch.Tensor, int, int] | None:
-        """Slot ``index``'s buffer seen as ``dtype`` (every whole element of it), its first
-        element's offset in the storage and the itemsize; ``None`` where the buffer's offset
-        in its storage is not a multiple of the itemsize (then views are sliced instead)."""
-        buffer = self._buffers[index]
-        alias = None
-        itemsize = dtype.itemsize
-        if buffer is not None and buffer.storage_offset() % itemsize == 0:
-            usable = buffer.numel() - buffer.numel() % itemsize
-            try:
-                if dtype is torch.uint8:
-                    typed = buffer
-                else:
-                    typed = (buffer if usable == buffer.numel() else buffer[:usable]).view(dtype)
-                alias = (typed, int(typed.storage_offset()), itemsize)
-            except RuntimeError:  # a dtype torch cannot view bytes as: slice instead
-                alias = None
-        self._aliases[index][dtype] = alias
-        return alias
+        """The views of ``requests`` at byte ``offsets`` of slot ``index``'s buffer."""
+        return self.carvers[index].carve(offsets, requests)
 
 
-_as_strided = torch.as_strided
-_inference_mode_enabled = torch.is_inference_mode_enabled
-_UNKNOWN = object()  # an alias not made yet (``None`` is an alias that cannot be made)
 _use_count = getattr(torch._C, "_storage_Use_Count", None)
 
 
@@ -313,27 +235,6 @@ def _held_elsewhere(buffer: torch.Tensor) -> bool:
         return True
     own = 3 if buffer._base is not None else 2
     return bool(_use_count(buffer.untyped_storage()._cdata) > own)
-
-
-def fresh(views: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-    """A new tensor over each of ``views`` (``view.view(view.dtype)``): no view relation to
-    the shared alias, so what a caller does to it reaches no other call's views."""
-    if len(views) == 1:  # the usual sizes, unrolled (a comprehension is a call)
-        (a,) = views
-        return [a.view(a.dtype)]
-    if len(views) == 3:
-        a, b, c = views
-        return [a.view(a.dtype), b.view(b.dtype), c.view(c.dtype)]
-    return [view.view(view.dtype) for view in views]
-
-
-def _contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
-    strides = [1] * len(shape)
-    step = 1
-    for i in range(len(shape) - 1, 0, -1):
-        step *= max(shape[i], 1)
-        strides[i - 1] = step
-    return tuple(strides)
 
 
 def _explain(err: BaseException, slot: Slot, nbytes: int, previous: int, held: int) -> None:

@@ -38,7 +38,8 @@ from functional_ws.replay import fit, layout_of, replay_acquire, replay_retain
 
 from . import _context, _plans
 from ._allocators import AllocatorArg, resolve_allocator
-from ._buffers import SlotBuffers, device_memory, fresh
+from ._buffers import SlotBuffers, device_memory
+from ._carving import fresh, view_maker
 from ._compile import run_eagerly_under_compile
 from ._context import SLOT, current_slot, provided_ubatch
 from ._device import normalize_device, refuse_growth_during_capture
@@ -49,7 +50,6 @@ from ._memo import AcquiredEntry, Memo, RetainedEntry
 from ._persistent import PersistentTables, check_persistent_tensor, tensor_factory
 from ._requests import plain_nbytes
 from ._stats import WorkspaceStats, collect
-from ._views import view_maker
 
 _MB = 1024 * 1024
 T = TypeVar("T")

@@ -1,0 +1,180 @@
+"""Carving typed views out of a slot's bytes: aliases, ``as_strided``, fresh views.
+
+A :class:`Carver` serves one buffer. It sees the buffer through one typed alias per dtype
+(every whole element of the buffer, made on first use), so a view at a byte offset is one
+``torch.as_strided`` over the alias; where the buffer's start does not allow an alias (a
+callable allocator's block at an odd offset), the original's slice, ``view(dtype)`` and
+``view(shape)`` serve instead.
+
+Views are carved outside inference mode whatever the caller's mode: a view carved inside it
+would not share the buffer's version counter, and every view made from it later would lose
+autograd's in-place checks. (A buffer allocated in inference mode is an inference tensor,
+and so are its views, as in the original.)
+
+Carved views share a base (the alias): they are memoised, never handed out. A caller gets
+``carved.view(carved.dtype)`` of each (:func:`fresh`, :func:`view_maker`): a new tensor
+over the same memory with no view relation to the alias (``view(dtype)`` records none), as
+the original's result had; so what a caller does to it (``resize_``, ``set_``,
+``requires_grad_``, an in-place op under autograd) never reaches the alias or another
+call's views. ``tests/test_manager_views.py`` checks every such use against the original's
+views; ``benchmarks/bench_hot_path.py`` measures what a view costs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+_as_strided = torch.as_strided
+_inference_mode_enabled = torch.is_inference_mode_enabled
+_view = torch.Tensor.view
+_UNKNOWN = object()  # an alias not made yet (``None`` is an alias that cannot be made)
+
+
+class Carver:
+    """The views of one buffer (``None``: a slot without a buffer, which serves only empty
+    views).
+
+    Args:
+        buffer: a 1-D ``uint8`` tensor, or ``None``.
+        device: where an empty slot's empty views live.
+
+    Example:
+        >>> import torch
+        >>> carver = Carver(torch.zeros(1024, dtype=torch.uint8), torch.device("cpu"))
+        >>> a, b = carver.carve((0, 256), (((2, 3), torch.float32), ((4,), torch.int8)))
+        >>> a.shape, b.dtype, b.data_ptr() - a.data_ptr()
+        (torch.Size([2, 3]), torch.int8, 256)
+    """
+
+    __slots__ = ("_aliases", "buffer", "device")
+
+    def __init__(self, buffer: torch.Tensor | None, device: torch.device) -> None:
+        self.buffer = buffer
+        self.device = device
+        # Per dtype: the buffer seen as that dtype, its first element's storage offset and
+        # the itemsize; None where no alias can be made.
+        self._aliases: dict[Any, tuple[torch.Tensor, int, int] | None] = {}
+
+    def carve(
+        self, offsets: Sequence[int], requests: Sequence[tuple[Any, Any]]
+    ) -> list[torch.Tensor]:
+        """The views of ``requests`` (canonical ``(shape, dtype)`` pairs) at byte
+        ``offsets`` of the buffer: one ``as_strided`` each where an alias serves.
+        """
+        if _inference_mode_enabled():
+            with torch.inference_mode(False):
+                return self.carve(offsets, requests)
+        aliases = self._aliases
+        if len(requests) == 1:  # the usual single view, without the loop
+            ((shape, dtype),) = requests
+            alias: Any = aliases.get(dtype, _UNKNOWN)
+            if alias is _UNKNOWN:
+                alias = self._alias(dtype)
+            offset = offsets[0]
+            if alias is not None and not offset % alias[2]:
+                start = alias[1] + offset // alias[2]
+                return [_as_strided(alias[0], shape, contiguous_strides(shape), start)]
+        views = []
+        for offset, (shape, dtype) in zip(offsets, requests, strict=False):  # equal lengths
+            alias = aliases.get(dtype, _UNKNOWN)
+            if alias is _UNKNOWN:
+                alias = self._alias(dtype)
+            if alias is None or offset % alias[2]:
+                views.append(self._slice(offset, shape, dtype))
+                continue
+            views.append(
+                _as_strided(
+                    alias[0], shape, contiguous_strides(shape), alias[1] + offset // alias[2]
+                )
+            )
+        return views
+
+    def _slice(self, offset: int, shape: tuple[int, ...], dtype: Any) -> torch.Tensor:
+        """The original's way: slice the bytes, view them as the dtype, then the shape."""
+        buffer = self.buffer
+        if buffer is None:  # a slot without a buffer serves only empty views
+            buffer = torch.empty((0,), dtype=torch.uint8, device=self.device)
+        nbytes = dtype.itemsize
+        for dim in shape:
+            nbytes *= dim
+        return buffer[offset : offset + nbytes].view(dtype).view(shape)
+
+    def _alias(self, dtype: Any) -> tuple[torch.Tensor, int, int] | None:
+        """The buffer seen as ``dtype``, its first element's storage offset and the
+        itemsize; ``None`` where the buffer's offset in its storage is not a multiple of
+        the itemsize (then views are sliced instead)."""
+        buffer = self.buffer
+        alias = None
+        itemsize = dtype.itemsize
+        if buffer is not None and buffer.storage_offset() % itemsize == 0:
+            usable = buffer.numel() - buffer.numel() % itemsize
+            try:
+                if dtype is torch.uint8:
+                    typed = buffer
+                else:
+                    typed = (buffer if usable == buffer.numel() else buffer[:usable]).view(dtype)
+                alias = (typed, int(typed.storage_offset()), itemsize)
+            except RuntimeError:  # a dtype torch cannot view bytes as: slice instead
+                alias = None
+        self._aliases[dtype] = alias
+        return alias
+
+
+def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The strides of a contiguous tensor of ``shape`` (a zero dim counts as one).
+
+    Example:
+        >>> contiguous_strides((2, 3, 4)), contiguous_strides((5, 0, 2))
+        ((12, 4, 1), (2, 2, 1))
+    """
+    if len(shape) == 1:
+        return (1,)
+    if len(shape) == 2:
+        return (shape[1] or 1, 1)
+    strides = [1] * len(shape)
+    step = 1
+    for i in range(len(shape) - 1, 0, -1):
+        step *= max(shape[i], 1)
+        strides[i - 1] = step
+    return tuple(strides)
+
+
+def fresh(views: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """A new tensor over each of ``views`` (``view.view(view.dtype)``): no view relation to
+    the shared alias, so what a caller does to it reaches no other call's views."""
+    if len(views) == 1:  # the usual sizes, unrolled (a comprehension is a call)
+        (a,) = views
+        return [a.view(a.dtype)]
+    if len(views) == 3:
+        a, b, c = views
+        return [a.view(a.dtype), b.view(b.dtype), c.view(c.dtype)]
+    return [view.view(view.dtype) for view in views]
+
+
+def view_maker(carved: Sequence[torch.Tensor]) -> Callable[[], list[torch.Tensor]]:
+    """A function of no arguments returning fresh views of ``carved``, one per tensor (a
+    memo entry keeps it; unrolled for the usual sizes).
+
+    Example:
+        >>> import torch
+        >>> base = torch.zeros(8, dtype=torch.uint8)
+        >>> make = view_maker([base[:4].view(torch.int32), base[4:]])
+        >>> first, second = make()
+        >>> first.dtype, second.shape, make()[0] is first
+        (torch.int32, torch.Size([4]), False)
+    """
+    views = tuple(carved)
+    dtypes = tuple(v.dtype for v in views)
+    if len(views) == 1:
+        (a,), (da,) = views, dtypes
+        return lambda: [a.view(da)]
+    if len(views) == 2:
+        (a, b), (da, db) = views, dtypes
+        return lambda: [a.view(da), b.view(db)]
+    if len(views) == 3:
+        (a, b, c), (da, db, dc) = views, dtypes
+        return lambda: [a.view(da), b.view(db), c.view(dc)]
+    return lambda: list(map(_view, views, dtypes))
