@@ -44,6 +44,7 @@ from ._device import (
     allocate_aligned,
     same_device,
 )
+from ._diagnostics import caller_origin, debug_enabled, logger
 from ._dlpack import device_target
 from ._errors import (
     AllocationDeviceError,
@@ -58,6 +59,9 @@ from ._errors import (
     UnknownAllocatorError,
 )
 from ._jax import to_torch
+from ._retired import RetiredBuffer, RetiredBuffers, held_elsewhere
+
+_MB = 1024 * 1024
 
 #: A user allocator: ``allocator(nbytes, device)`` returns a 1-D ``uint8`` tensor of at least
 #: ``nbytes`` bytes on ``device``.
@@ -102,7 +106,14 @@ class SlotAllocator:
     checks_overlap: bool = False
 
     def allocate(
-        self, nbytes: int, device: torch.device, alignment: int, *, in_use: InUse = ()
+        self,
+        nbytes: int,
+        device: torch.device,
+        alignment: int,
+        *,
+        in_use: InUse = (),
+        slot: tuple[int, int] | None = None,
+        previous: int = 0,
     ) -> Allocation:
         """A buffer of exactly ``nbytes`` on ``device`` at a multiple of ``alignment``.
 
@@ -112,6 +123,9 @@ class SlotAllocator:
             alignment: a power of two.
             in_use: buffers the new one must not overlap (torch's allocator never hands
                 out memory in use, so the built-in ``"torch"`` does not check).
+            slot: the ``(ubatch, lane)`` that grows, for the adaptors (``None``: a buffer
+                allocated again after a failed growth, which is not a growth).
+            previous: the bytes the slot held before (for the resize log).
 
         Returns:
             The :class:`Allocation`, from one call to the provider where its alignment
@@ -141,6 +155,13 @@ class SlotAllocator:
             return Allocation(allocate_aligned(nbytes, device, alignment))
         return Allocation(block if skip == 0 and size == nbytes else block[skip : skip + nbytes])
 
+    def release(self, slot: tuple[int, int], buffer: torch.Tensor) -> None:
+        """``buffer``, slot ``slot``'s old one, is being dropped (the manager holds no other
+        reference to it; nothing to do for a plain provider)."""
+
+    def report(self) -> None:
+        """Write what the adaptors queued (logging runs handlers: called with no lock held)."""
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r})"
 
@@ -165,7 +186,14 @@ class JaxAllocator(SlotAllocator):
         self.jax_device = device_target(device).device  # refuses a device JAX cannot see
 
     def allocate(
-        self, nbytes: int, device: torch.device, alignment: int, *, in_use: InUse = ()
+        self,
+        nbytes: int,
+        device: torch.device,
+        alignment: int,
+        *,
+        in_use: InUse = (),
+        slot: tuple[int, int] | None = None,
+        previous: int = 0,
     ) -> Allocation:
         arrays: list[jax.Array] = []
 
@@ -197,7 +225,14 @@ class FunctionAllocator(SlotAllocator):
         self.provider_alignment: int | None = None
 
     def allocate(
-        self, nbytes: int, device: torch.device, alignment: int, *, in_use: InUse = ()
+        self,
+        nbytes: int,
+        device: torch.device,
+        alignment: int,
+        *,
+        in_use: InUse = (),
+        slot: tuple[int, int] | None = None,
+        previous: int = 0,
     ) -> Allocation:
         def raw(n: int) -> torch.Tensor:
             result = check_allocation(self.function(n, device), n, device, self, in_use=in_use)
@@ -209,6 +244,105 @@ class FunctionAllocator(SlotAllocator):
         return Allocation(
             aligned_block(raw, nbytes, alignment, provider_alignment=self.provider_alignment)
         )
+
+
+class Adaptor(SlotAllocator):
+    """An allocator wrapping another one (``upstream``), as RMM's resource adaptors wrap a
+    memory resource: it adds one concern and passes everything else through.
+    """
+
+    def __init__(self, upstream: SlotAllocator) -> None:
+        self.upstream = upstream
+        self.name = upstream.name
+        self.releases_first = upstream.releases_first
+        self.checks_overlap = upstream.checks_overlap
+
+    def allocate(
+        self,
+        nbytes: int,
+        device: torch.device,
+        alignment: int,
+        *,
+        in_use: InUse = (),
+        slot: tuple[int, int] | None = None,
+        previous: int = 0,
+    ) -> Allocation:
+        return self.upstream.allocate(
+            nbytes, device, alignment, in_use=in_use, slot=slot, previous=previous
+        )
+
+    def release(self, slot: tuple[int, int], buffer: torch.Tensor) -> None:
+        self.upstream.release(slot, buffer)
+
+    def report(self) -> None:
+        self.upstream.report()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.upstream!r})"
+
+
+class RetiredTracking(Adaptor):
+    """Watches the buffers growth retires that something outside the manager still holds
+    (views kept across calls, arrays imported from them: vLLM #56902), and warns about them.
+
+    Attributes:
+        retired: the records (:class:`interop._retired.RetiredBuffers`).
+    """
+
+    def __init__(self, upstream: SlotAllocator) -> None:
+        super().__init__(upstream)
+        self.retired = RetiredBuffers()
+        self._queued: list[RetiredBuffer | None] = []
+
+    def release(self, slot: tuple[int, int], buffer: torch.Tensor) -> None:
+        if held_elsewhere(buffer):
+            self._queued.append(self.retired.retire(slot, buffer))
+        self.upstream.release(slot, buffer)
+
+    def report(self) -> None:
+        queued, self._queued = self._queued, []
+        for record in queued:
+            self.retired.report(record)
+        self.upstream.report()
+
+
+class ResizeLog(Adaptor):
+    """The debug log of growths (``FUNCTIONAL_WS_DEBUG=1`` or ``VLLM_DEBUG_WORKSPACE=1``),
+    in the original's words, naming the caller's ``file:line:function``."""
+
+    def __init__(self, upstream: SlotAllocator) -> None:
+        super().__init__(upstream)
+        self._queued: list[tuple[str, tuple[int, int], int, int]] = []
+
+    def allocate(
+        self,
+        nbytes: int,
+        device: torch.device,
+        alignment: int,
+        *,
+        in_use: InUse = (),
+        slot: tuple[int, int] | None = None,
+        previous: int = 0,
+    ) -> Allocation:
+        allocation = self.upstream.allocate(
+            nbytes, device, alignment, in_use=in_use, slot=slot, previous=previous
+        )
+        if slot is not None and debug_enabled():
+            self._queued.append((caller_origin(), slot, previous, nbytes))
+        return allocation
+
+    def report(self) -> None:
+        queued, self._queued = self._queued, []
+        for origin, slot, before, after in queued:
+            logger.info(
+                "[WORKSPACE DEBUG] Resized workspace from '%s': %.2f MB -> %.2f MB "
+                "(ubatch %d, lane %d)",
+                origin,
+                before / _MB,
+                after / _MB,
+                *slot,
+            )
+        self.upstream.report()
 
 
 _BUILT_INS: dict[str, Callable[[torch.device], SlotAllocator]] = {
@@ -255,6 +389,19 @@ def resolve_allocator(allocator: AllocatorArg, device: torch.device) -> SlotAllo
             f"torch.Tensor, got {allocator!r}."
         )
     return FunctionAllocator(allocator)
+
+
+def allocator_stack(allocator: AllocatorArg, device: torch.device) -> RetiredTracking:
+    """The manager's allocator: the provider ``allocator`` names (:func:`resolve_allocator`),
+    its growths logged (:class:`ResizeLog`) and the buffers it retires watched
+    (:class:`RetiredTracking`).
+
+    Example:
+        >>> import torch
+        >>> allocator_stack("torch", torch.device("cpu"))
+        RetiredTracking(ResizeLog(SlotAllocator('torch')))
+    """
+    return RetiredTracking(ResizeLog(resolve_allocator(allocator, device)))
 
 
 def check_allocation(

@@ -14,7 +14,6 @@ Views are carved by each slot's :class:`interop._carving.Carver`.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -26,26 +25,6 @@ from functional_ws import Growth, Slot, WorkspaceState
 from ._allocators import Allocation, SlotAllocator
 from ._carving import Carver
 from ._device import empty_device_cache
-from ._diagnostics import caller_origin, debug_enabled, logger
-from ._retired import RetiredBuffers
-
-_MB = 1024 * 1024
-
-
-def device_memory(device: torch.device) -> int | None:
-    """The total memory of ``device`` in bytes (a slot can never hold more), or ``None``.
-
-    CUDA: the device's total memory; CPU: the machine's physical memory.
-    """
-    if device.type == "cuda" and torch.cuda.is_available():
-        index = torch.cuda.current_device() if device.index is None else device.index
-        return int(torch.cuda.get_device_properties(index).total_memory)
-    if device.type == "cpu":
-        try:
-            return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-        except (AttributeError, ValueError, OSError):  # not a POSIX system
-            return None
-    return None
 
 
 class SlotBuffers:
@@ -62,14 +41,11 @@ class SlotBuffers:
         self, device: torch.device, count: int, alignment: int, allocator: SlotAllocator
     ) -> None:
         self.device = device
-        self.retired = RetiredBuffers()
         self.allocator = allocator
         self._alignment = alignment
         self._buffers: list[torch.Tensor | None] = [None] * count
         self._owners: list[Any] = [None] * count  # what owns each buffer's memory (a jax.Array)
         self.carvers: list[Carver] = [Carver(None, device) for _ in range(count)]
-        self._retiring: list[Any] = []  # records to report once the caller's lock is released
-        self._resized: list[tuple[str, Slot, int, int]] = []  # growths for the debug log
 
     def buffer(self, index: int) -> torch.Tensor | None:
         """Slot ``index``'s buffer, ``None`` while it has none."""
@@ -98,7 +74,8 @@ class SlotBuffers:
         fresh: dict[Slot, Allocation] = {}
         for slot, nbytes in growth:
             in_use = kept + [allocation.buffer for allocation in fresh.values()]
-            fresh[slot] = self._allocate(nbytes, in_use)
+            previous = state.slots[state.index(slot)].capacity
+            fresh[slot] = self._allocate(nbytes, in_use, slot=slot, previous=previous)
         return fresh
 
     def grow(
@@ -138,38 +115,21 @@ class SlotBuffers:
             self._release(index, slot, released)
             held[slot] = 0
             try:
-                self._install(index, self._allocate(nbytes, self._others(index)))
+                allocation = self._allocate(
+                    nbytes, self._others(index), slot=slot, previous=previous
+                )
+                self._install(index, allocation)
             except BaseException as err:  # out of memory, a bad result, interrupted
                 held[slot] = self._restore(index, previous)
                 _explain(err, slot, nbytes, previous, held[slot])
                 return fws.after_failed_growth(old, new, held), err
             held[slot] = nbytes
-        if debug_enabled():
-            origin = caller_origin()
-            self._resized += [
-                (origin, slot, old.slots[new.index(slot)].capacity, nbytes)
-                for slot, nbytes in growth
-            ]
         return new, None
 
     def report(self) -> None:
-        """Warn about retired buffers that outside views still pin, and write the debug log
-        of the last growths. Call it after releasing any lock: logging runs handlers."""
-        if not self._retiring and not self._resized:
-            return
-        retiring, self._retiring = self._retiring, []
-        for record in retiring:
-            self.retired.report(record)
-        resized, self._resized = self._resized, []
-        for origin, slot, before, after in resized:
-            logger.info(
-                "[WORKSPACE DEBUG] Resized workspace from '%s': %.2f MB -> %.2f MB "
-                "(ubatch %d, lane %d)",
-                origin,
-                before / _MB,
-                after / _MB,
-                *slot,
-            )
+        """Write what the allocator's adaptors queued (retired buffers still pinned, the
+        debug log of growths). Call it after releasing any lock: logging runs handlers."""
+        self.allocator.report()
 
     def _restore(self, index: int, capacity: int) -> int:
         """Allocate ``capacity`` bytes again for slot ``index``; the capacity it holds now."""
@@ -187,14 +147,23 @@ class SlotBuffers:
         self._buffers[index] = self._owners[index] = None
         self.carvers[index] = Carver(None, self.device)
         released(index)
-        if retiring is not None and _held_elsewhere(retiring):
-            self._retiring.append(self.retired.retire(slot, retiring))
+        if retiring is not None:
+            self.allocator.release(slot, retiring)
         del retiring
         if self.device.type != "cpu":
             empty_device_cache(self.device)
 
-    def _allocate(self, nbytes: int, in_use: Sequence[torch.Tensor]) -> Allocation:
-        return self.allocator.allocate(nbytes, self.device, self._alignment, in_use=in_use)
+    def _allocate(
+        self,
+        nbytes: int,
+        in_use: Sequence[torch.Tensor],
+        *,
+        slot: Slot | None = None,
+        previous: int = 0,
+    ) -> Allocation:
+        return self.allocator.allocate(
+            nbytes, self.device, self._alignment, in_use=in_use, slot=slot, previous=previous
+        )
 
     def _others(self, index: int) -> list[torch.Tensor]:
         """The buffers of every slot but ``index``, which a new buffer must not overlap
@@ -215,26 +184,6 @@ class SlotBuffers:
     ) -> list[torch.Tensor]:
         """The views of ``requests`` at byte ``offsets`` of slot ``index``'s buffer."""
         return self.carvers[index].carve(offsets, requests)
-
-
-_use_count = getattr(torch._C, "_storage_Use_Count", None)
-
-
-def _held_elsewhere(buffer: torch.Tensor) -> bool:
-    """Whether something besides ``buffer`` itself holds its storage (a view kept across
-    calls, an array imported from one), once the manager dropped its own references.
-
-    A count of the storage's owners: ``buffer``, the block it was sliced from (its
-    ``_base``, when the allocator over-allocated to align it) and the storage object asked
-    for here are the manager's own. Only a buffer held elsewhere is watched
-    (:class:`RetiredBuffers`); a buffer nothing holds is freed now, and watching it would
-    cost a weak reference per growth. Where torch has no such count, every retired buffer
-    is watched.
-    """
-    if _use_count is None:
-        return True
-    own = 3 if buffer._base is not None else 2
-    return bool(_use_count(buffer.untyped_storage()._cdata) > own)
 
 
 def _explain(err: BaseException, slot: Slot, nbytes: int, previous: int, held: int) -> None:

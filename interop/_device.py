@@ -14,6 +14,7 @@ the first block is dropped before that.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 
 import torch
@@ -109,6 +110,24 @@ def _accelerator(parsed: torch.device, given: object) -> torch.device:
             f"device{'s' if count != 1 else ''} (indices 0 to {count - 1})."
         )
     return parsed
+
+
+def device_memory(device: torch.device) -> int | None:
+    """The total memory of ``device`` in bytes (a slot can never hold more), or ``None``.
+
+    CUDA: the device's total memory; CPU: the machine's physical memory. The façade gives
+    it to the core as the capacity limit (``initial_state(max_capacity=...)``), which
+    refuses a growth above it before anything is released.
+    """
+    if device.type == "cuda" and torch.cuda.is_available():
+        index = torch.cuda.current_device() if device.index is None else device.index
+        return int(torch.cuda.get_device_properties(index).total_memory)
+    if device.type == "cpu":
+        try:
+            return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        except (AttributeError, ValueError, OSError):  # not a POSIX system
+            return None
+    return None
 
 
 def same_device(got: torch.device, wanted: torch.device) -> bool:

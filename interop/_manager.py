@@ -37,12 +37,12 @@ from functional_ws.display import format_bytes
 from functional_ws.replay import fit, layout_of, replay_acquire, replay_retain
 
 from . import _context, _plans
-from ._allocators import AllocatorArg, resolve_allocator
-from ._buffers import SlotBuffers, device_memory
+from ._allocators import AllocatorArg, allocator_stack
+from ._buffers import SlotBuffers
 from ._carving import fresh, view_maker
 from ._compile import run_eagerly_under_compile
 from ._context import SLOT, current_slot, provided_ubatch
-from ._device import normalize_device, refuse_growth_during_capture
+from ._device import device_memory, normalize_device, refuse_growth_during_capture
 from ._diagnostics import caller_origin, debug_enabled, logger
 from ._history import History, Recorder
 from ._jax_config import warn_if_jax_preallocates
@@ -158,9 +158,8 @@ class WorkspaceManager:
         self._num_ubatches = self._state.num_ubatches
         self._num_lanes = self._state.num_lanes
         count = len(self._state.slots)
-        self._buffers = SlotBuffers(
-            self._device, count, self._state.alignment, resolve_allocator(allocator, self._device)
-        )
+        self._allocator = allocator_stack(allocator, self._device)
+        self._buffers = SlotBuffers(self._device, count, self._state.alignment, self._allocator)
         self._acquired: list[Memo] = [Memo() for _ in range(count)]
         self._retained: list[Memo] = [Memo() for _ in range(count)]
         # The same memos indexed [ubatch][lane], as the hot paths look them up.
@@ -219,7 +218,7 @@ class WorkspaceManager:
             >>> s.capacity, s.high_water, s.growths, s.pinned_bytes, s.allocator
             (512, 512, 1, 0, 'jax')
         """
-        return collect(self._state, self._buffers.retired.pinned(), self.allocator)
+        return collect(self._state, self._allocator.retired.pinned(), self.allocator)
 
     @property
     def last_layouts(self) -> dict[tuple[int, int], fws.Layout]:

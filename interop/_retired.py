@@ -37,6 +37,8 @@ from functional_ws.display import format_bytes
 
 from ._diagnostics import logger
 
+_use_count = getattr(torch._C, "_storage_Use_Count", None)
+
 #: The fewest records kept before dead ones are swept out.
 SWEEP_AT_LEAST = 16
 #: How Dynamo names the functions that resume a compiled function after a graph break.
@@ -158,3 +160,20 @@ def _inside_compiled_function() -> bool:
             return True
         frame = frame.f_back
     return False
+
+
+def held_elsewhere(buffer: torch.Tensor) -> bool:
+    """Whether something besides ``buffer`` itself holds its storage (a view kept across
+    calls, an array imported from one), once the manager dropped its own references.
+
+    A count of the storage's owners: ``buffer``, the block it was sliced from (its
+    ``_base``, when the allocator over-allocated to align it) and the storage object asked
+    for here are the manager's own. Only a buffer held elsewhere is watched
+    (:class:`RetiredBuffers`); a buffer nothing holds is freed now, and watching it would
+    cost a weak reference per growth. Where torch has no such count, every retired buffer
+    is watched.
+    """
+    if _use_count is None:
+        return True
+    own = 3 if buffer._base is not None else 2
+    return bool(_use_count(buffer.untyped_storage()._cdata) > own)

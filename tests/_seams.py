@@ -21,12 +21,12 @@ def slot_buffer(ws: WorkspaceManager, slot: tuple[int, int] = (0, 0)) -> torch.T
 
 def allocator_of(ws: WorkspaceManager) -> Any:
     """The allocator every growth of ``ws`` asks (patch its ``allocate`` to inject faults)."""
-    return ws._buffers.allocator
+    return ws._allocator
 
 
 def retired_of(ws: WorkspaceManager) -> Any:
     """The records of the buffers growth retired that something may still hold."""
-    return ws._buffers.retired
+    return ws._allocator.retired
 
 
 def memo_of(ws: WorkspaceManager, index: int = 0) -> Any:
