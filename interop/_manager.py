@@ -43,12 +43,19 @@ from ._carving import fresh, view_maker
 from ._compile import run_eagerly_under_compile
 from ._context import SLOT, current_slot, provided_ubatch
 from ._device import device_memory, normalize_device, refuse_growth_during_capture
-from ._diagnostics import caller_origin, debug_enabled, logger
+from ._diagnostics import debug_enabled, logger
 from ._history import History, Recorder
 from ._jax_config import warn_if_jax_preallocates
 from ._memo import AcquiredEntry, Memo, RetainedEntry
 from ._persistent import PersistentTables, check_persistent_tensor, tensor_factory
-from ._requests import plain_nbytes
+from ._requests import (
+    check_torch_dtypes,
+    is_plain,
+    plain_nbytes,
+    plain_shape,
+    torch_specs,
+    worded,
+)
 from ._stats import WorkspaceStats, collect
 
 _MB = 1024 * 1024
@@ -457,7 +464,7 @@ class WorkspaceManager:
                 index = old.index(slot)
                 new, offsets, _, growth = fit(old, index, nbytes, argname="specs")
             except WorkspaceLockedError as err:
-                raise _worded(err) from None
+                raise worded(err) from None
             if growth:
                 return self._fit_growing(specs, slot, (old, new, growth, (index, offsets)))
             with self._mutex:
@@ -505,13 +512,13 @@ class WorkspaceManager:
         """A request the core's :func:`functional_ws.acquire` plans: one seen before (it is
         memoised), one that grows the slot, or one that is not plain. ``admitted``: whether
         it was seen before, ``None`` when not asked yet."""
-        _check_torch_dtypes(specs)  # the façade's word on a dtype that is not torch's
+        check_torch_dtypes(specs)  # the façade's word on a dtype that is not torch's
         while True:
             old = self._state
             try:
                 new, layout = fws.acquire(old, slot, *specs)
             except WorkspaceLockedError as err:
-                raise _worded(err) from None
+                raise worded(err) from None
             if layout.growth:
                 return self._acquire_growing(specs, slot, (old, new, layout), admitted)
             with self._mutex:
@@ -534,7 +541,7 @@ class WorkspaceManager:
         """Keep ``carved`` for ``specs`` in ``memo`` if plain and seen before (``admitted``;
         ``None``: not asked yet, ask now); fresh views of them."""
         memo.last = layout
-        if admitted is False or not _memoisable(specs) or not (admitted or memo.admits(specs)):
+        if admitted is False or not is_plain(specs) or not (admitted or memo.admits(specs)):
             return fresh(carved)
         layout = layout.without_growth()  # as a replay will see it (the identity protocol)
         memo.last = layout
@@ -654,7 +661,7 @@ class WorkspaceManager:
     def _retain(
         self, key: Hashable, shape: tuple[int, ...], dtype: torch.dtype
     ) -> tuple[torch.Tensor, bool]:
-        _check_torch_dtypes(((shape, dtype),), "dtype")
+        check_torch_dtypes(((shape, dtype),), "dtype")
         spec = ViewSpec.of(shape, dtype, "spec")  # the caller's shape and dtype read once
         slot = current_slot()
 
@@ -670,7 +677,7 @@ class WorkspaceManager:
 
         span, intact, view, memo, state = self._run(transition, finish)
         memo.last = span
-        if type(shape) is tuple and _plain_shape(shape) and memo.admits((key, shape, dtype)):
+        if type(shape) is tuple and plain_shape(shape) and memo.admits((key, shape, dtype)):
             entry = RetainedEntry(span, view)
             entry.state = state  # a replay would leave this state unchanged
             memo.remember((key, shape, dtype), entry)
@@ -719,7 +726,7 @@ class WorkspaceManager:
         try:
             return transition(state)
         except WorkspaceLockedError as err:
-            raise _worded(err) from None
+            raise worded(err) from None
 
     def _grow(
         self,
@@ -822,7 +829,7 @@ class WorkspaceManager:
             return self._recorder.call(  # type: ignore[no-any-return]
                 self, "reserve", self.reserve, shapes_and_dtypes, {"slots": slots}
             )
-        self._reserve_requests([_torch_specs(shapes_and_dtypes, "shapes_and_dtypes")], slots)
+        self._reserve_requests([torch_specs(shapes_and_dtypes, "shapes_and_dtypes")], slots)
 
     def reserve_many(
         self,
@@ -862,7 +869,7 @@ class WorkspaceManager:
                 raise InvalidSpecError(
                     f"requests[{i}] must be a list of (shape, dtype) pairs, got {request!r}."
                 )
-            checked.append(_torch_specs(tuple(request), f"requests[{i}]"))
+            checked.append(torch_specs(tuple(request), f"requests[{i}]"))
         self._reserve_requests(checked, slots)
 
     def _reserve_requests(
@@ -1052,78 +1059,14 @@ class WorkspaceManager:
                 and tensor.dtype is dtype
                 and type(shape) is tuple
                 and tensor.shape == shape
-                and _plain_shape(shape)
+                and plain_shape(shape)
             ):
                 return tensor
-        _check_torch_dtypes(((shape, dtype),), "dtype")
+        check_torch_dtypes(((shape, dtype),), "dtype")
         spec = ViewSpec.of(shape, dtype, "persistent")
         factory = tensor_factory(spec, self._device, zero_init)
         resource = self.get_persistent_resource((torch.Tensor, key), factory)
         return check_persistent_tensor(key, resource, spec.shape, dtype)
-
-
-def _plain_shape(shape: tuple[Any, ...]) -> bool:
-    for dim in shape:  # noqa: SIM110 - a loop: hot paths call it
-        if type(dim) is not int:
-            return False
-    return True
-
-
-def _memoisable(specs: tuple[Any, ...]) -> bool:
-    """Whether a request the core accepted may be memoised: pairs of plain int tuples.
-
-    Any request equal to such a one is made of pairs of tuples too, so the hot path's
-    dimension check cannot fail on it (a cached ``((1,), dtype)`` equals
-    ``((True,), dtype)``, which that check sends to the core to refuse).
-    """
-    for spec in specs:
-        if type(spec) is not tuple or type(spec[0]) is not tuple or not _plain_shape(spec[0]):
-            return False
-    return True
-
-
-def _check_torch_dtypes(specs: tuple[Any, ...], name: str | None = None) -> None:
-    """Refuse a pair whose dtype is not a ``torch.dtype``, before the core checks the rest.
-
-    The core accepts any dtype with an itemsize; the façade makes torch tensors.
-    """
-    for i, spec in enumerate(specs):
-        if type(spec) is tuple and len(spec) == 2 and type(spec[1]) is torch.dtype:
-            continue  # the usual request
-        if (
-            isinstance(spec, (tuple, list))
-            and len(spec) == 2
-            and not isinstance(spec[1], torch.dtype)
-        ):
-            what = name or f"specs[{i}] dtype"
-            raise InvalidSpecError(
-                f"{what} must be a torch.dtype such as torch.float32 (the views are torch "
-                f"tensors), got {spec[1]!r}."
-            )
-
-
-def _torch_specs(pairs: tuple[Any, ...], argname: str) -> list[ViewSpec]:
-    """Each ``(shape, dtype)`` pair validated (a torch dtype), named ``argname[i]``."""
-    specs = []
-    for i, pair in enumerate(pairs):
-        if isinstance(pair, tuple) and pair and all(type(d) is int for d in pair):
-            raise InvalidSpecError(  # reserve((256, 1024), torch.bfloat16): a bare shape
-                f"{argname}[{i}] must be a (shape, dtype) pair, got the shape {pair!r} alone. "
-                f"Pass pairs: reserve((({', '.join(map(str, pair))},), dtype), ...)."
-                if len(pair) == 1
-                else f"{argname}[{i}] must be a (shape, dtype) pair, got the shape {pair!r} "
-                f"alone. Pass pairs: reserve(({pair!r}, dtype), ...)."
-            )
-        if not isinstance(pair, (tuple, list)) or len(pair) != 2:
-            raise InvalidSpecError(f"{argname}[{i}] must be a (shape, dtype) pair, got {pair!r}.")
-        _check_torch_dtypes((pair,), f"{argname}[{i}] dtype")
-        specs.append(ViewSpec.of(pair[0], pair[1], f"{argname}[{i}]"))
-    return specs
-
-
-def _worded(err: WorkspaceLockedError) -> WorkspaceLockedError:
-    """The core's refusal, worded as the original's: with the caller's ``file:line:function``."""
-    return WorkspaceLockedError.for_request(err.slot, err.required, err.current, caller_origin())
 
 
 def _nothing(result: object) -> None:

@@ -13,7 +13,9 @@ from typing import Any
 
 import torch
 
-from functional_ws._spec import MAX_BYTES
+from functional_ws import InvalidSpecError, ViewSpec, WorkspaceLockedError
+
+from ._diagnostics import caller_origin
 
 _DTYPE = torch.dtype
 
@@ -41,7 +43,80 @@ def plain_nbytes(specs: tuple[Any, ...]) -> list[int] | None:
             if type(dim) is not int or dim < 0:
                 return None
             nbytes *= dim
-        if nbytes >= MAX_BYTES:
-            return None
-        sizes.append(nbytes)
+        sizes.append(nbytes)  # the core refuses views of 2**63 bytes or more
     return sizes
+
+
+def plain_shape(shape: tuple[Any, ...]) -> bool:
+    """Whether every dim of ``shape`` is a plain ``int`` (a cached ``(1,)`` equals
+    ``(True,)`` and ``(1.0,)``, which must still be refused)."""
+    for dim in shape:  # noqa: SIM110 - a loop: hot paths call it
+        if type(dim) is not int:
+            return False
+    return True
+
+
+def is_plain(specs: tuple[Any, ...]) -> bool:
+    """Whether a request the core accepted may be memoised: pairs of plain int tuples.
+
+    Any request equal to such a one is made of pairs of tuples too, so the hot path's
+    dimension check cannot fail on it (a cached ``((1,), dtype)`` equals
+    ``((True,), dtype)``, which that check sends to the core to refuse).
+    """
+    for spec in specs:
+        if type(spec) is not tuple or type(spec[0]) is not tuple or not plain_shape(spec[0]):
+            return False
+    return True
+
+
+def check_torch_dtypes(specs: tuple[Any, ...], name: str | None = None) -> None:
+    """Refuse a pair whose dtype is not a ``torch.dtype``, before the core checks the rest.
+
+    The core accepts any dtype with an itemsize; the façade makes torch tensors.
+
+    Raises:
+        InvalidSpecError: naming the pair (``specs[i] dtype``, or ``name``) and the dtype.
+    """
+    for i, spec in enumerate(specs):
+        if type(spec) is tuple and len(spec) == 2 and type(spec[1]) is _DTYPE:
+            continue  # the usual request
+        if (
+            isinstance(spec, (tuple, list))
+            and len(spec) == 2
+            and not isinstance(spec[1], torch.dtype)
+        ):
+            what = name or f"specs[{i}] dtype"
+            raise InvalidSpecError(
+                f"{what} must be a torch.dtype such as torch.float32 (the views are torch "
+                f"tensors), got {spec[1]!r}."
+            )
+
+
+def torch_specs(pairs: tuple[Any, ...], argname: str) -> list[ViewSpec]:
+    """Each ``(shape, dtype)`` pair validated (a torch dtype), named ``argname[i]``.
+
+    Raises:
+        InvalidSpecError: a bare shape where a pair was meant (with the fix), or a
+            malformed pair, naming ``argname[i]``.
+    """
+    specs = []
+    for i, pair in enumerate(pairs):
+        if isinstance(pair, tuple) and pair and all(type(d) is int for d in pair):
+            raise InvalidSpecError(  # reserve((256, 1024), torch.bfloat16): a bare shape
+                f"{argname}[{i}] must be a (shape, dtype) pair, got the shape {pair!r} alone. "
+                f"Pass pairs: reserve((({', '.join(map(str, pair))},), dtype), ...)."
+                if len(pair) == 1
+                else f"{argname}[{i}] must be a (shape, dtype) pair, got the shape {pair!r} "
+                f"alone. Pass pairs: reserve(({pair!r}, dtype), ...)."
+            )
+        if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+            raise InvalidSpecError(f"{argname}[{i}] must be a (shape, dtype) pair, got {pair!r}.")
+        check_torch_dtypes((pair,), f"{argname}[{i}] dtype")
+        specs.append(ViewSpec.of(pair[0], pair[1], f"{argname}[{i}]"))
+    return specs
+
+
+def worded(err: WorkspaceLockedError) -> WorkspaceLockedError:
+    """The core's lock refusal, worded as the original's: with the caller's
+    ``file:line:function`` (the engine rewords every refusal here, once)."""
+    return WorkspaceLockedError.for_request(err.slot, err.required, err.current, caller_origin())
