@@ -55,13 +55,13 @@ from ._errors import UnsupportedDtypeError as UnsupportedDtypeError
 from ._errors import UnsupportedLayoutError as UnsupportedLayoutError
 from ._errors import X64DisabledError as X64DisabledError
 from ._errors import ZeroCopyError as ZeroCopyError
+from ._facade import WorkspaceManager as WorkspaceManager
 from ._history import History as History
 from ._history import Record as Record
 from ._jax import jax_call as jax_call
 from ._jax import to_jax as to_jax
 from ._jax import to_torch as to_torch
 from ._jax_config import configure_jax_for_sharing as configure_jax_for_sharing
-from ._manager import WorkspaceManager as WorkspaceManager
 from ._module_api import current_workspace_manager as current_workspace_manager
 from ._module_api import init_workspace_manager as init_workspace_manager
 from ._module_api import is_workspace_manager_initialized as is_workspace_manager_initialized

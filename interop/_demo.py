@@ -21,7 +21,7 @@ import functional_ws as fws
 from functional_ws.display import format_bytes, slot_pictures
 
 from ._context import use_workspace_ubatch
-from ._manager import WorkspaceManager
+from ._facade import WorkspaceManager
 
 #: What to install for the picture; printed where matplotlib is missing.
 PLOT_HINT = "pip install 'functional-ws[plot]'"

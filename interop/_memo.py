@@ -18,19 +18,30 @@ what a miss costs, never more (the memo never clears itself whole).
 
 Correctness under threads. An entry is valid for the buffer it was carved from; when a
 slot's buffer is replaced, its memo is marked ``dead`` and a fresh one takes its place,
-before the new state is published. A caller that read the new state therefore sees
-``dead`` on any entry it found in the old memo, and takes the slow path.
+before the new state is published (:meth:`Memos.retire`, which the engine calls). A caller
+that read the new state therefore sees ``dead`` on any entry it found in the old memo, and
+takes the slow path.
+
+Replaying. When the state moved since an entry was last used, :func:`replay_and_swap`
+replays its plan on the current state (the core's replay, cached by the identity of the
+state it started from) and installs the result by compare-and-swap: one routine for
+``get_simultaneous`` and ``get_retained`` (the façade inlines only the identity check that
+comes before it).
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Hashable
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
 from functional_ws import Layout, Span, WorkspaceState
+from functional_ws.replay import layout_of, replay_acquire, replay_retain
+
+from ._carving import fresh, view_maker
+from ._requests import is_plain, plain_shape
 
 #: Entries per slot and kind (two generations of half this).
 MAX_MEMOISED = 16384
@@ -40,55 +51,169 @@ class AcquiredEntry:
     """One memoised ``get_simultaneous`` request.
 
     Attributes:
-        state: the state a replay of ``layout`` last left unchanged (then a hit needs no
+        state: the state a replay of ``plan`` last left unchanged (then a hit needs no
             replay), or ``None``.
-        moved: ``(before, after)``: the last replay that changed the state, from which
+        moved: ``(before, after, True)``: the last replay that changed the state, from which
             state to which (the core is pure: the same state gives the same result), so a
             pattern that alternates between states (a retained tail, then a request that
             reaches into it) replays nothing after its first round. One attribute, so
-            threads read both halves together.
-        layout: the core's plan, without growth.
+            threads read it whole.
+        plan: the core's :class:`functional_ws.Layout`, without growth.
         fresh: returns fresh views of the carved ones, one per requested tensor.
     """
 
-    __slots__ = ("fresh", "layout", "moved", "state")
+    __slots__ = ("fresh", "moved", "plan", "state")
 
-    def __init__(self, layout: Layout, fresh: Callable[[], list[torch.Tensor]]) -> None:
+    def __init__(self, plan: Layout, fresh: Callable[[], list[torch.Tensor]]) -> None:
         self.state: WorkspaceState | None = None
-        self.moved: tuple[WorkspaceState, WorkspaceState] | None = None
-        self.layout = layout
+        self.moved: tuple[WorkspaceState, WorkspaceState, bool] | None = None
+        self.plan = plan
         self.fresh = fresh
+
+    @staticmethod
+    def replay(
+        state: WorkspaceState, plan: Any, hint: WorkspaceState | None
+    ) -> tuple[WorkspaceState, Layout, bool]:
+        """The core's replay of ``plan`` on ``state`` (``True``: no flag to report)."""
+        new, layout = replay_acquire(state, plan, hint)
+        return new, layout, True
 
 
 class RetainedEntry:
     """One memoised ``get_retained`` request: the span and the view carved for it.
 
-    ``state`` and ``moved`` as for :class:`AcquiredEntry`; ``moved`` also keeps the intact
-    flag of that replay: ``(before, after, intact)``.
+    ``state`` and ``moved`` as for :class:`AcquiredEntry`; ``moved`` keeps the intact flag
+    of that replay: ``(before, after, intact)``. ``plan`` is the core's
+    :class:`functional_ws.Span`.
     """
 
-    __slots__ = ("moved", "span", "state", "view")
+    __slots__ = ("moved", "plan", "state", "view")
 
-    def __init__(self, span: Span, view: torch.Tensor) -> None:
+    def __init__(self, plan: Span, view: torch.Tensor) -> None:
         self.state: WorkspaceState | None = None
         self.moved: tuple[WorkspaceState, WorkspaceState, bool] | None = None
-        self.span = span
+        self.plan = plan
         self.view = view
+
+    @staticmethod
+    def replay(
+        state: WorkspaceState, plan: Any, hint: WorkspaceState | None
+    ) -> tuple[WorkspaceState, Span, bool]:
+        """The core's replay of ``plan`` on ``state``: the new state, span, intact flag."""
+        return replay_retain(state, plan, hint)
+
+
+class Swapper(Protocol):
+    """What :func:`replay_and_swap` installs a state through: the engine's compare-and-swap."""
+
+    def swap(self, old: WorkspaceState, new: WorkspaceState) -> bool: ...
+
+
+def replay_and_swap(
+    engine: Swapper,
+    memo: Memo,
+    entry: AcquiredEntry | RetainedEntry,
+    state: WorkspaceState,
+) -> bool | None:
+    """Serve ``entry`` on ``state``, which moved since the entry was last used: replay its
+    plan, install the result, and say whether the views may be handed out.
+
+    Returns:
+        The replay's flag (``get_retained``'s intact flag; ``True`` for
+        ``get_simultaneous``) when ``entry``'s views serve the request; ``None`` when the
+        slow path must serve it: the slot's buffer was replaced since the lookup, the
+        replay needs a growth or moves the span, or another thread changed the state.
+    """
+    if memo.dead:  # the slot's buffer was replaced after the memo was looked up
+        return None
+    moved = entry.moved
+    if moved is not None and moved[0] is state:  # replayed from this state before
+        new, flag = moved[1], moved[2]
+    else:
+        new, plan, flag = entry.replay(state, entry.plan, None if moved is None else moved[1])
+        if plan is not entry.plan:  # it must grow, or the span moved: the slow path
+            return None
+        if new is not state:
+            entry.moved = (state, new, flag)
+    if new is state:
+        entry.state = state
+    elif not engine.swap(state, new):
+        return None
+    memo.last = entry.plan
+    return flag
+
+
+def memoise(
+    memo: Memo,
+    specs: tuple[Any, ...],
+    layout: Layout,
+    carved: list[torch.Tensor],
+    state: WorkspaceState,
+    admitted: bool | None,
+) -> list[torch.Tensor]:
+    """Keep ``carved``, the views of ``specs`` planned as ``layout`` (which left ``state``),
+    in ``memo`` if the request is plain and was seen before (``admitted``; ``None``: not
+    asked yet, ask now); fresh views of them either way."""
+    memo.last = layout
+    if admitted is False or not is_plain(specs) or not (admitted or memo.admits(specs)):
+        return fresh(carved)
+    layout = layout.without_growth()  # as a replay will see it (the identity protocol)
+    memo.last = layout
+    make = view_maker(carved)
+    entry = AcquiredEntry(layout, make)
+    entry.state = state  # a replay would leave this state unchanged
+    memo.remember(specs, entry)  # if a growth killed this memo meanwhile: unused
+    return make()
+
+
+def memoise_retained(
+    memo: Memo,
+    request: tuple[Any, Any, Any],
+    span: Span,
+    view: torch.Tensor,
+    state: Any,
+) -> None:
+    """Keep ``view``, carved for ``request`` (``(key, shape, dtype)``) at ``span``, in
+    ``memo`` if the request is plain and was seen before."""
+    memo.last = span
+    shape = request[1]
+    if type(shape) is tuple and plain_shape(shape) and memo.admits(request):
+        entry = RetainedEntry(span, view)
+        entry.state = state  # a replay would leave this state unchanged
+        memo.remember(request, entry)
+
+
+def last_plans(state: WorkspaceState, memos: list[Memo]) -> dict[tuple[int, int], Any]:
+    """Per slot that served a request, the plan of its last one (what pictures draw).
+
+    A request served the short way left ``(slot, specs)``: the core plans its layout
+    (:func:`functional_ws.replay.layout_of`)."""
+    plans = {}
+    for i, memo in enumerate(memos):
+        last = memo.last
+        if isinstance(last, tuple):
+            slot, specs = last
+            last = layout_of(state, slot, specs)
+        if last is not None:
+            plans[state.slot_of(i)] = last
+    return plans
 
 
 class Memo(dict[Hashable, Any]):
     """One slot's memo (the young generation) with the old generation beside it.
 
     Attributes:
+        index: the slot's position in ``WorkspaceState.slots``.
         old: the previous generation.
         last: the plan of the slot's last request (what pictures draw).
         dead: set when the slot's buffer was replaced: no entry here may be used any more.
     """
 
-    __slots__ = ("dead", "last", "limit", "old", "seen")
+    __slots__ = ("dead", "index", "last", "limit", "old", "seen")
 
-    def __init__(self, limit: int | None = None) -> None:
+    def __init__(self, index: int = 0, limit: int | None = None) -> None:
         super().__init__()
+        self.index = index
         self.old: dict[Hashable, Any] = {}
         self.last: Any = None
         self.dead = False
@@ -109,10 +234,11 @@ class Memo(dict[Hashable, Any]):
         if not self.old:
             return None
         try:
-            entry = self.old.pop(key)
-        except (KeyError, TypeError):
+            entry = self.old.pop(key, None)
+        except TypeError:  # an unhashable key
             return None
-        self.remember(key, entry)
+        if entry is not None:
+            self.remember(key, entry)
         return entry
 
     def admits(self, key: Hashable) -> bool:
@@ -140,3 +266,44 @@ class Memo(dict[Hashable, Any]):
     def entries(self) -> int:
         """How many requests are memoised, over both generations."""
         return len(self) + len(self.old)
+
+
+class Memos:
+    """Every slot's two memos (``get_simultaneous``'s and ``get_retained``'s), in slot order
+    and as ``[ubatch][lane]`` tables (how the hot paths look them up).
+
+    Args:
+        count: number of slots.
+        num_lanes: lanes per ubatch (slots are stored ubatch-major).
+    """
+
+    def __init__(self, count: int, num_lanes: int) -> None:
+        self.num_lanes = num_lanes
+        self.acquired: list[Memo] = [Memo(i) for i in range(count)]
+        self.retained: list[Memo] = [Memo(i) for i in range(count)]
+        self.acquired_at = _by_slot(self.acquired, num_lanes)
+        self.retained_at = _by_slot(self.retained, num_lanes)
+
+    def retire(self, index: int) -> None:
+        """Slot ``index``'s buffer is being replaced: its memos die (their views pin the old
+        buffer) and fresh ones, which keep what pictures draw and what was seen, take over.
+        Called before the state that describes the new buffer is published."""
+        ubatch, lane = divmod(index, self.num_lanes)
+        for memos, by_slot in (
+            (self.acquired, self.acquired_at),
+            (self.retained, self.retained_at),
+        ):
+            dead = memos[index]
+            if not dead and not dead.old:  # no entry to outlive the buffer: keep it
+                continue
+            fresh = Memo(index)
+            fresh.last, fresh.seen = dead.last, dead.seen
+            dead.dead = True
+            dead.clear()
+            dead.old.clear()
+            memos[index] = by_slot[ubatch][lane] = fresh
+
+
+def _by_slot(memos: list[Memo], num_lanes: int) -> list[list[Memo]]:
+    """``memos`` (stored ubatch-major) as ``[ubatch][lane]``."""
+    return [memos[i : i + num_lanes] for i in range(0, len(memos), num_lanes)]

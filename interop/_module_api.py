@@ -13,7 +13,7 @@ import functional_ws as fws
 from ._allocators import AllocatorArg
 from ._diagnostics import logger
 from ._errors import NotInitializedError
-from ._manager import WorkspaceManager
+from ._facade import WorkspaceManager
 
 _manager: WorkspaceManager | None = None
 

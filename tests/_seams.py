@@ -31,4 +31,4 @@ def retired_of(ws: WorkspaceManager) -> Any:
 
 def memo_of(ws: WorkspaceManager, index: int = 0) -> Any:
     """Slot ``index``'s ``get_simultaneous`` memo."""
-    return ws._acquired[index]
+    return ws._memos.acquired[index]

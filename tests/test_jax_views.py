@@ -20,7 +20,7 @@ def workspace_manager() -> Any:
     manager_cls = getattr(interop, "WorkspaceManager", None)
     if manager_cls is None:
         try:
-            from interop._manager import WorkspaceManager as manager_cls
+            from interop._facade import WorkspaceManager as manager_cls
         except ImportError:
             return None
     return manager_cls

@@ -28,6 +28,7 @@ from functional_ws import (
 )
 from functional_ws.testing import spec_lists
 from interop import WorkspaceManager, use_workspace_lane, use_workspace_ubatch
+from interop._memo import Memos
 from interop.testing import MachineConfig, WorkspaceAPIMachine
 from interop.testing._config import format_spec
 from interop.testing._machine import SCRATCH_DTYPES
@@ -149,7 +150,7 @@ ONE_SLOT = facade_config(num_ubatches=1, num_lanes=1)
 
 def _stale_memo(monkeypatch):
     """Growth forgets to drop the memoised views: later calls get the retired buffer."""
-    monkeypatch.setattr(WorkspaceManager, "_forget_views", lambda self, index: None)
+    monkeypatch.setattr(Memos, "retire", lambda self, index: None)
 
 
 def _intact_lie(monkeypatch):

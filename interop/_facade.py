@@ -1,30 +1,24 @@
 """The torch façade: vLLM's ``WorkspaceManager`` API over the pure core.
 
-The manager holds one immutable :class:`functional_ws.WorkspaceState` and one ``uint8``
-buffer per ``(ubatch, lane)`` slot. Every call asks the core what to do (offsets, growth,
-the retained span, the lock, what a failed growth leaves) and only carries it out: it
-reallocates the buffers the core names, then carves typed views at the core's offsets.
+:class:`WorkspaceManager` holds the rooms of the shell (``interop/README.md`` draws them)
+and its public methods, each of which normalises its arguments at the request boundary
+(``_requests.py``) and hands the rest on: the hot paths look a request up in the slot's
+memo (``_memo.py``) and, where the state is the one the memoised plan left, hand out fresh
+views at once; everything else goes to the engine (``_engine.py``), which runs the core's
+transition, carries out its growth and installs the new state.
 
-The hot path. Each slot memoises, per raw request, the core's plan and the carved views
-(``_memo.py``). A repeated request costs a dictionary lookup, a check that every dimension
-is a plain ``int`` (a cached ``((1,), dtype)`` compares equal to ``((True,), dtype)`` and
-``((1.0,), dtype)``, which must still be refused), the core's replay (skipped when the
-state is the one the replay last left unchanged) and one ``view(dtype)`` per tensor: fresh
-tensors on every call, as the original's, so what a caller does to one never reaches the
-memoised view or another call's views.
-
-Threads. The state changes only under ``_mutex``, by compare-and-swap against the state a
-call planned from, and a slot's memo is replaced (the old one marked dead) before a growth
-publishes its state; so no call returns views of a buffer the state no longer describes,
-and ``intact=True`` always describes the bytes of the view returned. No user code (a
-persistent factory, ``alloc_context()``, a callable allocator) runs under the mutex: user
-code may call the manager, or wait for another thread that does, without deadlock.
+The hot path of :meth:`WorkspaceManager.get_simultaneous` and
+:meth:`WorkspaceManager.get_retained` is written out inline (each function call costs a
+tenth of a microsecond there): find the slot's memo, look the request up, check that its
+dims are plain ints (a memoised ``((1,), dtype)`` equals ``((True,), dtype)`` and
+``((1.0,), dtype)``, which must still be refused), and serve the memoised views if the
+state is the one their plan left; a state that moved goes to
+:func:`interop._memo.replay_and_swap`.
 """
 
 from __future__ import annotations
 
 import os
-import threading
 from collections.abc import Callable, Hashable, Iterable
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any, Literal, TypeVar
@@ -32,38 +26,27 @@ from typing import Any, Literal, TypeVar
 import torch
 
 import functional_ws as fws
-from functional_ws import Growth, InvalidSpecError, ViewSpec, WorkspaceLockedError, WorkspaceState
+from functional_ws import Growth, InvalidSpecError, ViewSpec, WorkspaceState
 from functional_ws.display import format_bytes
-from functional_ws.replay import fit, layout_of, replay_acquire, replay_retain
 
 from . import _context, _plans
 from ._allocators import AllocatorArg, allocator_stack
 from ._buffers import SlotBuffers
-from ._carving import fresh, view_maker
+from ._carving import fresh
 from ._compile import run_eagerly_under_compile
 from ._context import SLOT, current_slot, provided_ubatch
-from ._device import device_memory, normalize_device, refuse_growth_during_capture
+from ._device import device_memory, normalize_device
 from ._diagnostics import debug_enabled, logger
+from ._engine import Engine
 from ._history import History, Recorder
 from ._jax_config import warn_if_jax_preallocates
-from ._memo import AcquiredEntry, Memo, RetainedEntry
+from ._memo import Memos, last_plans, memoise, memoise_retained, replay_and_swap
 from ._persistent import PersistentTables, check_persistent_tensor, tensor_factory
-from ._requests import (
-    check_torch_dtypes,
-    is_plain,
-    plain_nbytes,
-    plain_shape,
-    torch_specs,
-    worded,
-)
+from ._requests import check_torch_dtypes, plain_nbytes, plain_shape, torch_specs
 from ._stats import WorkspaceStats, collect
 
 _MB = 1024 * 1024
 T = TypeVar("T")
-R = TypeVar("R")
-F = TypeVar("F")
-#: A transition as the façade runs it: state -> (new state, growth to carry out, result).
-Transition = Callable[[WorkspaceState], tuple[WorkspaceState, Growth, R]]
 
 
 @run_eagerly_under_compile
@@ -154,30 +137,28 @@ class WorkspaceManager:
                 f"{alloc_context!r}."
             )
         self._device = normalize_device(device)
-        self._state = fws.initial_state(
+        state = fws.initial_state(
             1 if num_ubatches is None else num_ubatches,
             num_lanes,
             alignment=alignment,
             growth=growth,
             max_capacity=device_memory(self._device),
         )
-        self._alloc_context = alloc_context
-        self._num_ubatches = self._state.num_ubatches
-        self._num_lanes = self._state.num_lanes
-        count = len(self._state.slots)
+        self._num_ubatches = state.num_ubatches
+        self._num_lanes = state.num_lanes
+        count = len(state.slots)
         self._allocator = allocator_stack(allocator, self._device)
-        self._buffers = SlotBuffers(self._device, count, self._state.alignment, self._allocator)
-        self._acquired: list[Memo] = [Memo() for _ in range(count)]
-        self._retained: list[Memo] = [Memo() for _ in range(count)]
-        # The same memos indexed [ubatch][lane], as the hot paths look them up.
-        self._acquired_at = _by_slot(self._acquired, self._num_lanes)
-        self._retained_at = _by_slot(self._retained, self._num_lanes)
+        self._memos = Memos(count, self._num_lanes)
+        buffers = SlotBuffers(self._device, count, state.alignment, self._allocator)
+        self._engine = Engine(state, buffers, self._memos, alloc_context)
+        # What the hot paths look up, bound once: memos by [ubatch][lane], resource tables.
+        self._acquired_at = self._memos.acquired_at
+        self._retained_at = self._memos.retained_at
         self._persistent = PersistentTables(count)
         self._tables = self._persistent.tables
         self._recorder = Recorder(current_slot)
         self._recording = self._recorder.active  # non-empty while a recording is on
-        self._mutex = threading.Lock()
-        if self._device.type == "cuda" and self._buffers.allocator.name != "jax":
+        if self._device.type == "cuda" and self._allocator.name != "jax":
             warn_if_jax_preallocates(self._device, stacklevel=3)  # the workspace is torch's
 
     # ----- reading -----
@@ -185,7 +166,7 @@ class WorkspaceManager:
     @property
     def state(self) -> WorkspaceState:
         """The current immutable :class:`functional_ws.WorkspaceState` (read-only)."""
-        return self._state
+        return self._engine.state
 
     @property
     def device(self) -> torch.device:
@@ -195,18 +176,18 @@ class WorkspaceManager:
     @property
     def allocator(self) -> str:
         """Who provides the buffers: ``"torch"``, ``"jax"`` or the callable's name."""
-        return self._buffers.allocator.name
+        return self._allocator.name
 
     @property
     def _current_workspaces(self) -> list[torch.Tensor | None]:
         """Each slot's buffer in slot order (``ubatch * num_lanes + lane``), ``None`` where a
         slot has none: upstream vLLM's attribute, which its tests read. A new list on every
         read; changing it changes nothing here."""
-        return self._buffers.buffers()
+        return self._engine.buffers.buffers()
 
     def is_locked(self) -> bool:
         """Check if workspace is locked."""
-        return self._state.locked
+        return self._engine.state.locked
 
     def stats(self) -> WorkspaceStats:
         """Per slot capacity, high-water mark, growth count, retired-but-pinned bytes, allocator.
@@ -225,17 +206,17 @@ class WorkspaceManager:
             >>> s.capacity, s.high_water, s.growths, s.pinned_bytes, s.allocator
             (512, 512, 1, 0, 'jax')
         """
-        return collect(self._state, self._allocator.retired.pinned(), self.allocator)
+        return collect(self._engine.state, self._allocator.retired.pinned(), self.allocator)
 
     @property
     def last_layouts(self) -> dict[tuple[int, int], fws.Layout]:
         """Per slot, the layout of the last :meth:`get_simultaneous` (what pictures draw)."""
-        return _last_plans(self._state, self._acquired)
+        return last_plans(self._engine.state, self._memos.acquired)
 
     @property
     def last_spans(self) -> dict[tuple[int, int], fws.Span]:
         """Per slot, the span of the last :meth:`get_retained` (drawn intact or clobbered)."""
-        return _last_plans(self._state, self._retained)
+        return last_plans(self._engine.state, self._memos.retained)
 
     def recording(self) -> AbstractContextManager[History]:
         """Record every public call and the state after it, until the block ends.
@@ -266,13 +247,13 @@ class WorkspaceManager:
         Raises:
             ImportError: matplotlib is not installed (``pip install 'functional-ws[plot]'``).
         """
-        return fws.plot(self._state, self.last_layouts, self.last_spans, ax=ax)
+        return fws.plot(self._engine.state, self.last_layouts, self.last_spans, ax=ax)
 
     def _repr_html_(self) -> str:
-        return fws.render_html(self._state, self.last_layouts, self.last_spans)
+        return fws.render_html(self._engine.state, self.last_layouts, self.last_spans)
 
     def __repr__(self) -> str:
-        s = self._state
+        s = self._engine.state
         allocator = "" if self.allocator == "torch" else f", allocator {self.allocator}"
         return (
             f"WorkspaceManager(device={self._device}, {s.num_ubatches} ubatch x "
@@ -289,7 +270,9 @@ class WorkspaceManager:
         existing buffers and resources keep their storage.
         """
         if self._recording and self._recorder.outermost():
-            return self._recorder.call(self, "lock", self.lock, (), {})  # type: ignore[no-any-return]
+            return self._recorder.call(  # type: ignore[no-any-return]
+                self, "lock", self.lock, (), {}
+            )
         self._set_lock(True)
 
     def unlock(self) -> None:
@@ -298,17 +281,18 @@ class WorkspaceManager:
         Does nothing when the workspace is not locked.
         """
         if self._recording and self._recorder.outermost():
-            return self._recorder.call(self, "unlock", self.unlock, (), {})  # type: ignore[no-any-return]
+            return self._recorder.call(  # type: ignore[no-any-return]
+                self, "unlock", self.unlock, (), {}
+            )
         self._set_lock(False)
 
     def _set_lock(self, locked: bool) -> None:
-        with self._mutex:
-            self._state = (fws.lock if locked else fws.unlock)(self._state)
+        state = self._engine.update(fws.lock if locked else fws.unlock)
         if debug_enabled():
             logger.info(
                 "[WORKSPACE DEBUG] Workspace %s. Current sizes (MB): %s",
                 "locked" if locked else "unlocked",
-                [s.capacity / _MB for s in self._state.slots if s.capacity],
+                [s.capacity / _MB for s in state.slots if s.capacity],
             )
 
     # ----- scratch -----
@@ -352,9 +336,6 @@ class WorkspaceManager:
             return self._recorder.call(  # type: ignore[no-any-return]
                 self, "get_simultaneous", self.get_simultaneous, shapes_and_dtypes, {}
             )
-        # The hot path, inlined (each function call costs about a tenth of a microsecond):
-        # find the slot's memo, look the request up, check the dims are plain ints, replay
-        # the core's plan unless this state is known to leave it unchanged, make views.
         ubatch, lane = SLOT.get()
         if ubatch is None:
             ubatch = 0 if _context.provider is None else provided_ubatch()
@@ -365,19 +346,18 @@ class WorkspaceManager:
         except (IndexError, TypeError):  # a slot not configured, an unhashable request
             entry = memo = None
         if entry is not None:
-            # A memoised ((1,), dtype) equals ((True,), dtype) and ((1.0,), dtype): check.
             for shape, _ in shapes_and_dtypes:
                 for dim in shape:
-                    if type(dim) is not int:
+                    if type(dim) is not int:  # equal to a memoised request, not plain
                         entry = memo = None
                         return self._acquire(shapes_and_dtypes, (ubatch, lane), None)
-            state = self._state
+            engine = self._engine
+            state = engine.state
             if entry.state is state:
-                memo.last = entry.layout  # what the pictures draw
+                memo.last = entry.plan  # what the pictures draw
                 return entry.fresh()  # type: ignore[no-any-return]
-            views = self._replay_acquire(memo, entry, state)
-            if views is not None:
-                return views
+            if replay_and_swap(engine, memo, entry, state) is not None:
+                return entry.fresh()  # type: ignore[no-any-return]
         # The slow path may replace this slot's buffer; a memo holds no views once it is
         # dead (a growth clears it), so keeping it pins nothing.
         entry = None
@@ -407,175 +387,57 @@ class WorkspaceManager:
             )
         try:
             return self.get_simultaneous(*shapes_and_dtypes)
-        except WorkspaceLockedError:
+        except fws.WorkspaceLockedError:
             return None
-
-    def _replay_acquire(
-        self, memo: Memo, entry: AcquiredEntry, state: WorkspaceState
-    ) -> list[torch.Tensor] | None:
-        """A memoised request whose state moved: replay the plan, commit, reuse the views;
-        ``None`` when the slow path must serve it."""
-        if memo.dead:  # the slot's buffer was replaced after the memo was looked up
-            return None
-        moved = entry.moved
-        if moved is not None and moved[0] is state:  # replayed from this state before
-            new, layout = moved[1], entry.layout
-        else:
-            new, layout = replay_acquire(state, entry.layout, None if moved is None else moved[1])
-            if layout is not entry.layout:  # it must grow: the slow path does that
-                return None
-            if new is not state:
-                entry.moved = (state, new)
-        if new is state:
-            entry.state = state
-        else:
-            with self._mutex:  # compare and swap
-                if self._state is not state:
-                    return None
-                self._state = new
-        memo.last = layout
-        return entry.fresh()
 
     def _acquire(
-        self, specs: tuple[Any, ...], slot: tuple[int, int], memo: Memo | None
+        self, specs: tuple[Any, ...], slot: tuple[int, int], memo: Any
     ) -> list[torch.Tensor]:
         """The slow path of :meth:`get_simultaneous`: plan, grow, carve, memoise.
 
-        The usual miss (a request seen for the first time that fits, such as a new
-        ``num_tokens``) takes the short way: the core's :func:`functional_ws.replay.fit`, a
-        compare-and-swap of the state, carving under the mutex, nothing memoised. A request
-        seen before is memoised (:meth:`_acquire_planned`); one that needs growth grows.
-        ``memo``: the slot's memo, where the hot path found it.
+        A request seen for the first time (such as a new ``num_tokens``) takes the short
+        way: the engine's :meth:`interop._engine.Engine.fit_and_carve` (growing the slot if
+        it must), nothing memoised. A request seen before is memoised
+        (:meth:`_acquire_planned`). ``memo``: the slot's memo, where the hot path found it.
         """
         if memo is not None:
-            if memo.old:  # maybe kept in the old generation: promoted, served from there
-                entry = memo.promote(specs)
-                if entry is not None:
-                    return self.get_simultaneous(*specs)
+            if memo.old and memo.promote(specs) is not None:  # kept in the old generation
+                return self.get_simultaneous(*specs)
             if memo.admits(specs):  # seen before: worth memoising
                 return self._acquire_planned(specs, slot, admitted=True)
-        while True:
-            old = self._state
-            nbytes = plain_nbytes(specs)
-            if nbytes is None:  # not plain: the core's acquire accepts or explains it
-                asked = memo is not None  # then admits said no (and noted the request)
-                return self._acquire_planned(specs, slot, admitted=False if asked else None)
-            try:
-                index = old.index(slot)
-                new, offsets, _, growth = fit(old, index, nbytes, argname="specs")
-            except WorkspaceLockedError as err:
-                raise worded(err) from None
-            if growth:
-                return self._fit_growing(specs, slot, (old, new, growth, (index, offsets)))
-            with self._mutex:
-                if self._state is old:
-                    self._state = new
-                    views = self._buffers.carve(index, offsets, specs)
-                    break
-        (memo if memo is not None else self._acquired[index]).last = (slot, specs)  # pictures
+        nbytes = plain_nbytes(specs)
+        if nbytes is None:  # not plain: the core's acquire accepts or explains it
+            return self._acquire_planned(specs, slot, admitted=False if memo else None)
+        if memo is None:  # the hot path found none: the slot is looked up (or explained)
+            memo = self._memos.acquired[self._engine.state.index(slot)]
+        views = self._engine.fit_and_carve(memo.index, nbytes, specs)
+        memo.last = (slot, specs)  # what the pictures draw
         if len(views) == 1:  # fresh(views), unrolled for the usual single view
             (view,) = views
             return [view.view(view.dtype)]
         return fresh(views)
 
-    def _fit_growing(
-        self,
-        specs: tuple[Any, ...],
-        slot: tuple[int, int],
-        planned: tuple[WorkspaceState, WorkspaceState, Growth, tuple[int, tuple[int, ...]]],
-    ) -> list[torch.Tensor]:
-        """A request seen for the first time that grows the slot: carried out as
-        :func:`functional_ws.replay.fit` plans it (nothing memoised)."""
-
-        def transition(
-            state: WorkspaceState,
-        ) -> tuple[WorkspaceState, Growth, tuple[int, tuple[int, ...]]]:
-            nbytes = plain_nbytes(specs)
-            assert nbytes is not None  # the request is plain: it was checked before
-            index = state.index(slot)
-            new, offsets, _, growth = fit(state, index, nbytes, argname="specs")
-            return new, growth, (index, offsets)
-
-        def finish(placed: tuple[int, tuple[int, ...]]) -> list[torch.Tensor]:
-            return self._buffers.carve(placed[0], placed[1], specs)  # under the mutex
-
-        done, views = self._grow(transition, finish, planned)
-        if not done:  # the state moved while the growth was prepared: plan it all again
-            views = self._run(transition, finish)
-        index = planned[3][0]
-        self._acquired[index].last = (slot, specs)  # what the pictures draw (made on demand)
-        return fresh(views)  # type: ignore[arg-type]
-
     def _acquire_planned(
         self, specs: tuple[Any, ...], slot: tuple[int, int], admitted: bool | None
     ) -> list[torch.Tensor]:
         """A request the core's :func:`functional_ws.acquire` plans: one seen before (it is
-        memoised), one that grows the slot, or one that is not plain. ``admitted``: whether
-        it was seen before, ``None`` when not asked yet."""
+        memoised), or one that is not plain. ``admitted``: whether it was seen before,
+        ``None`` when not asked yet."""
         check_torch_dtypes(specs)  # the façade's word on a dtype that is not torch's
-        while True:
-            old = self._state
-            try:
-                new, layout = fws.acquire(old, slot, *specs)
-            except WorkspaceLockedError as err:
-                raise worded(err) from None
-            if layout.growth:
-                return self._acquire_growing(specs, slot, (old, new, layout), admitted)
-            with self._mutex:
-                if self._state is old:
-                    self._state = new
-                    carved = self._carve_layout(layout)
-                    memo = self._acquired[layout.index]
-                    break
-        return self._memoise(memo, specs, layout, carved, new, admitted)
+        engine = self._engine
 
-    def _memoise(
-        self,
-        memo: Memo,
-        specs: tuple[Any, ...],
-        layout: fws.Layout,
-        carved: list[torch.Tensor],
-        state: WorkspaceState,
-        admitted: bool | None,
-    ) -> list[torch.Tensor]:
-        """Keep ``carved`` for ``specs`` in ``memo`` if plain and seen before (``admitted``;
-        ``None``: not asked yet, ask now); fresh views of them."""
-        memo.last = layout
-        if admitted is False or not is_plain(specs) or not (admitted or memo.admits(specs)):
-            return fresh(carved)
-        layout = layout.without_growth()  # as a replay will see it (the identity protocol)
-        memo.last = layout
-        make = view_maker(carved)
-        entry = AcquiredEntry(layout, make)
-        entry.state = state  # a replay would leave this state unchanged
-        memo.remember(specs, entry)  # if a growth killed this memo meanwhile: unused
-        return make()
-
-    def _carve_layout(self, layout: fws.Layout) -> list[torch.Tensor]:
-        pairs = [(spec.shape, spec.dtype) for spec in layout.specs]
-        return self._buffers.carve(layout.index, layout.offsets, pairs)
-
-    def _acquire_growing(
-        self,
-        specs: tuple[Any, ...],
-        slot: tuple[int, int],
-        planned: tuple[WorkspaceState, WorkspaceState, fws.Layout],
-        admitted: bool | None,
-    ) -> list[torch.Tensor]:
         def transition(state: WorkspaceState) -> tuple[WorkspaceState, Growth, fws.Layout]:
             new, layout = fws.acquire(state, slot, *specs)
             return new, layout.growth, layout
 
         def finish(layout: fws.Layout) -> tuple[Any, ...]:
-            # Under the mutex: carved from the buffers the new state describes.
-            return layout, self._carve_layout(layout), self._acquired[layout.index], self._state
+            # Under the engine's mutex: carved from the buffers the new state describes.
+            pairs = [(spec.shape, spec.dtype) for spec in layout.specs]
+            carved = engine.buffers.carvers[layout.index].carve(layout.offsets, pairs)
+            return layout, carved, self._memos.acquired[layout.index], engine.state
 
-        old, new, layout = planned
-        done, value = self._grow(transition, finish, (old, new, layout.growth, layout))
-        if not done:  # the state moved while the growth was prepared: plan it all again
-            value = self._run(transition, finish)
-        layout, carved, memo, state = value  # type: ignore[misc]
-        return self._memoise(memo, specs, layout, carved, state, admitted)
+        layout, carved, memo, state = engine.run(transition, finish)
+        return memoise(memo, specs, layout, carved, state, admitted)
 
     def get_retained(
         self, key: Hashable, shape: tuple[int, ...], dtype: torch.dtype
@@ -628,32 +490,14 @@ class WorkspaceManager:
                 if type(dim) is not int:
                     entry = memo = None
                     return self._retain(key, shape, dtype)
-            state = self._state
+            engine = self._engine
+            state = engine.state
             if entry.state is state:  # the replay left this state unchanged: intact
-                memo.last = entry.span  # what the pictures draw
+                memo.last = entry.plan  # what the pictures draw
                 return entry.view.view(dtype), True
-            if not memo.dead:  # else the slot's buffer was replaced after the lookup
-                moved = entry.moved
-                if moved is not None and moved[0] is state:  # replayed from here before
-                    new, span, intact = moved[1], entry.span, moved[2]
-                else:
-                    hint = None if moved is None else moved[1]
-                    new, span, intact = replay_retain(state, entry.span, hint)
-                    if new is not state and span is entry.span:
-                        entry.moved = (state, new, intact)
-                if span is entry.span:
-                    if new is state:
-                        entry.state = state
-                    else:
-                        with self._mutex:  # compare and swap
-                            swapped = self._state is state
-                            if swapped:
-                                self._state = new
-                        if not swapped:
-                            entry = memo = None
-                            return self._retain(key, shape, dtype)
-                    memo.last = span
-                    return entry.view.view(dtype), intact
+            intact = replay_and_swap(engine, memo, entry, state)
+            if intact is not None:
+                return entry.view.view(dtype), intact
         # The slow path may replace this slot's buffer: hold nothing that pins the old one.
         entry = memo = None
         return self._retain(key, shape, dtype)
@@ -664,131 +508,23 @@ class WorkspaceManager:
         check_torch_dtypes(((shape, dtype),), "dtype")
         spec = ViewSpec.of(shape, dtype, "spec")  # the caller's shape and dtype read once
         slot = current_slot()
+        engine = self._engine
 
         def transition(state: WorkspaceState) -> tuple[WorkspaceState, Growth, Any]:
             new, span, intact = fws.retain(state, slot, key, spec)
             return new, span.growth, (span, intact)
 
         def finish(planned: tuple[fws.Span, bool]) -> tuple[Any, ...]:
-            # Under the mutex: carved from the buffer the new state describes.
+            # Under the engine's mutex: carved from the buffer the new state describes.
             span = planned[0].without_growth()
-            (view,) = self._buffers.carve(span.index, (span.offset,), ((shape, dtype),))
-            return span, planned[1], view, self._retained[span.index], self._state
+            (view,) = engine.buffers.carvers[span.index].carve((span.offset,), ((shape, dtype),))
+            return span, planned[1], view, self._memos.retained[span.index], engine.state
 
-        span, intact, view, memo, state = self._run(transition, finish)
-        memo.last = span
-        if type(shape) is tuple and plain_shape(shape) and memo.admits((key, shape, dtype)):
-            entry = RetainedEntry(span, view)
-            entry.state = state  # a replay would leave this state unchanged
-            memo.remember((key, shape, dtype), entry)
+        span, intact, view, memo, state = engine.run(transition, finish)
+        memoise_retained(memo, (key, shape, dtype), span, view, state)
         return view.view(dtype), intact
 
-    # ----- carrying out transitions -----
-
-    def _run(
-        self,
-        transition: Transition[R],
-        finish: Callable[[R], F],
-        planned: tuple[WorkspaceState, WorkspaceState, Growth, R] | None = None,
-    ) -> F:
-        """Run ``transition`` on the current state and install its result, growing first
-        when it says so; then ``finish(result)`` under the mutex (it carves views from the
-        buffers the new state describes).
-
-        Optimistic: the transition runs with no lock held (it may run the caller's code: a
-        key's ``__eq__``), and its result is installed only if the state is still the one
-        it planned from; otherwise it runs again. A growth is prepared with no lock held
-        too: the capture check, ``alloc_context()`` entered and a callable allocator's
-        buffers allocated (user code, which may use the manager or wait for threads that
-        do). The mutex covers only the swap, the release and allocation of buffers with a
-        built-in allocator, and carving. ``planned``: the transition's result on a state,
-        when the caller has it already (``(old, new, growth, result)``).
-        """
-        while True:
-            if planned is None:
-                old = self._state
-                new, growth, result = self._plan(transition, old)
-            else:
-                (old, new, growth, result), planned = planned, None
-            if growth:
-                done, value = self._grow(transition, finish, (old, new, growth, result))
-                if done:
-                    return value  # type: ignore[return-value]
-                continue
-            with self._mutex:
-                if self._state is old:
-                    self._state = new
-                    return finish(result)
-
-    def _plan(
-        self, transition: Transition[R], state: WorkspaceState
-    ) -> tuple[WorkspaceState, Growth, R]:
-        try:
-            return transition(state)
-        except WorkspaceLockedError as err:
-            raise worded(err) from None
-
-    def _grow(
-        self,
-        transition: Transition[R],
-        finish: Callable[[R], F],
-        planned: tuple[WorkspaceState, WorkspaceState, Growth, R],
-    ) -> tuple[bool, F | None]:
-        """Carry out the growth ``planned`` names (``(old, new, growth, result)``) if the
-        transition still plans it: ``(True, finish(result))``; ``(False, None)`` when the
-        state moved meanwhile (the caller runs it again)."""
-        if self._device.type == "cuda":
-            refuse_growth_during_capture(self._device, *planned[2][0])
-        if self._alloc_context is nullcontext:  # the default: no context to enter
-            done, value, error = self._grow_in_context(transition, finish, planned)
-        else:
-            with self._alloc_context():  # entered before anything is released
-                done, value, error = self._grow_in_context(transition, finish, planned)
-        self._buffers.report()  # logging runs handlers: never under the mutex
-        if error is not None:
-            raise error
-        return done, value
-
-    def _grow_in_context(
-        self,
-        transition: Transition[R],
-        finish: Callable[[R], F],
-        planned: tuple[WorkspaceState, WorkspaceState, Growth, R],
-    ) -> tuple[bool, F | None, BaseException | None]:
-        """:meth:`_grow` inside ``alloc_context()``: ``(done, finish(result), error)``."""
-        old, new, growth, result = planned
-        prepared = self._buffers.prepare(growth, new)  # a callable allocates here, unlocked
-        if self._state is not old:  # user code ran: plan again on the state as it is
-            old = self._state
-            new, again, result = self._plan(transition, old)
-            if again != growth:  # another thread changed the slots meanwhile
-                return False, None, None
-        with self._mutex:
-            if self._state is not old:
-                return False, None, None
-            state, error = self._buffers.grow(old, new, growth, self._forget_views, prepared)
-            self._state = state
-            return True, (None if error is not None else finish(result)), error
-
-    def _forget_views(self, index: int) -> None:
-        """Slot ``index``'s buffer is being replaced: its memos die, fresh ones take over."""
-        for memos, by_slot in (
-            (self._acquired, self._acquired_at),
-            (self._retained, self._retained_at),
-        ):
-            dead = memos[index]
-            if not dead and not dead.old:  # no entry to outlive the buffer: keep it
-                continue
-            fresh = Memo()
-            fresh.last, fresh.seen = dead.last, dead.seen
-            dead.dead = True
-            dead.clear()  # its views pin the old buffer
-            dead.old.clear()
-            memos[index] = fresh
-            ubatch, lane = divmod(index, self._num_lanes)
-            by_slot[ubatch][lane] = fresh
-
-    # ----- growth -----
+    # ----- reservations and plans -----
 
     def reserve(
         self,
@@ -877,7 +613,7 @@ class WorkspaceManager:
     ) -> None:
         if slots is None:
             lane = current_slot()[1]
-            self._state.index((0, lane))  # the current lane must exist
+            self._engine.state.index((0, lane))  # the current lane must exist
             chosen: Iterable[tuple[int, int]] | None = [
                 (u, lane) for u in range(self._num_ubatches)
             ]
@@ -894,7 +630,7 @@ class WorkspaceManager:
             new, growth = fws.reserve(state, requests, chosen)
             return new, growth, None
 
-        self._run(transition, _nothing)
+        self._engine.run(transition, _nothing)
 
     def save_plan(self, path: str | os.PathLike[str]) -> None:
         """Write the current sizes to ``path`` as JSON (:func:`functional_ws.to_dict`).
@@ -902,7 +638,7 @@ class WorkspaceManager:
         The file is replaced atomically: a write that fails leaves the previous plan intact.
         Load it at the next start with :meth:`load_plan` to reserve those sizes at once.
         """
-        _plans.save_plan(self._state, path)
+        _plans.save_plan(self._engine.state, path)
 
     def load_plan(self, path: str | os.PathLike[str]) -> None:
         """Reserve the capacities a saved plan lists, and lock if the plan was locked.
@@ -933,7 +669,9 @@ class WorkspaceManager:
             (True, 4096)
         """
         if self._recording and self._recorder.outermost():
-            return self._recorder.call(self, "load_plan", self.load_plan, (path,), {})  # type: ignore[no-any-return]
+            return self._recorder.call(  # type: ignore[no-any-return]
+                self, "load_plan", self.load_plan, (path,), {}
+            )
         plan = _plans.load_plan(path)
 
         def transition(state: WorkspaceState) -> tuple[WorkspaceState, Growth, None]:
@@ -943,7 +681,7 @@ class WorkspaceManager:
                 raise fws.InvalidPlanError(f"plan file {os.fspath(path)!r}: {err}") from None
             return new, growth, None
 
-        self._run(transition, _nothing)
+        self._engine.run(transition, _nothing)
 
     # ----- persistent resources -----
 
@@ -991,21 +729,17 @@ class WorkspaceManager:
 
     def _create_resource(self, key: Hashable, factory: Callable[[], T]) -> T:
         slot = current_slot()
-        index = self._state.index(slot)
-        fws.claim(self._state, slot, key)  # refuses a new key while locked, before creating
+        state = self._engine.state
+        index = state.index(slot)
+        fws.claim(state, slot, key)  # refuses a new key while locked, before creating
         table = self._tables[index]
         if key in table:
             return table[key]  # type: ignore[no-any-return]
         if not callable(factory):
             raise TypeError(f"factory must be a callable returning the resource, got {factory!r}.")
         resource = factory()  # no lock held: the factory may use the manager, or wait
-        while True:  # claimed only once it exists: a factory that raised leaves no key
-            old = self._state
-            new, _ = fws.claim(old, slot, key)
-            with self._mutex:
-                if self._state is old:
-                    self._state = new
-                    break
+        # Claimed only once it exists: a factory that raised leaves no key.
+        self._engine.update(lambda state: fws.claim(state, slot, key)[0])
         return self._persistent.keep(index, key, resource)  # type: ignore[no-any-return]
 
     def get_persistent(
@@ -1045,9 +779,12 @@ class WorkspaceManager:
         """
         if self._recording and self._recorder.outermost():
             return self._recorder.call(  # type: ignore[no-any-return]
-                self, "get_persistent", self.get_persistent, (key, shape, dtype),
+                self,
+                "get_persistent",
+                self.get_persistent,
+                (key, shape, dtype),
                 {"zero_init": True} if zero_init else {},
-            )  # fmt: skip
+            )
         index = _context.current_index(self._num_ubatches, self._num_lanes)
         if index >= 0:
             try:
@@ -1068,29 +805,10 @@ class WorkspaceManager:
         resource = self.get_persistent_resource((torch.Tensor, key), factory)
         return check_persistent_tensor(key, resource, spec.shape, dtype)
 
+    def _slot_buffer(self, slot: tuple[int, int]) -> torch.Tensor | None:
+        """The aligned ``uint8`` buffer of ``slot`` (for tests and debugging)."""
+        return self._engine.buffers.buffer(self._engine.state.index(slot))
+
 
 def _nothing(result: object) -> None:
     return None
-
-
-def _last_plans(state: WorkspaceState, memos: list[Memo]) -> dict[tuple[int, int], Any]:
-    """Per slot that served a request, the plan of its last one.
-
-    A request served the short way left ``(slot, specs)``: its layout is the core's plan of
-    the same request on this state unlocked, without growth (a layout does not depend on
-    the state beyond the alignment).
-    """
-    plans = {}
-    for i, memo in enumerate(memos):
-        last = memo.last
-        if isinstance(last, tuple):
-            slot, specs = last
-            last = layout_of(state, slot, specs)
-        if last is not None:
-            plans[state.slot_of(i)] = last
-    return plans
-
-
-def _by_slot(memos: list[Memo], num_lanes: int) -> list[list[Memo]]:
-    """``memos`` (stored ubatch-major) as ``[ubatch][lane]``."""
-    return [memos[i : i + num_lanes] for i in range(0, len(memos), num_lanes)]
