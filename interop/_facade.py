@@ -38,10 +38,11 @@ from ._context import SLOT, current_slot, provided_ubatch
 from ._device import device_memory, normalize_device
 from ._diagnostics import debug_enabled, logger
 from ._engine import Engine
-from ._history import History, Recorder
+from ._history import History
 from ._jax_config import warn_if_jax_preallocates
 from ._memo import Memos, last_plans, memoise, memoise_retained, replay_and_swap
 from ._persistent import PersistentTables, check_persistent_tensor, tensor_factory
+from ._recording import Recorder
 from ._requests import check_torch_dtypes, plain_nbytes, plain_shape, torch_specs
 from ._stats import WorkspaceStats, collect
 
@@ -157,7 +158,6 @@ class WorkspaceManager:
         self._persistent = PersistentTables(count)
         self._tables = self._persistent.tables
         self._recorder = Recorder(current_slot)
-        self._recording = self._recorder.active  # non-empty while a recording is on
         if self._device.type == "cuda" and self._allocator.name != "jax":
             warn_if_jax_preallocates(self._device, stacklevel=3)  # the workspace is torch's
 
@@ -269,10 +269,6 @@ class WorkspaceManager:
         Larger scratch requests and new persistent keys then raise an ``AssertionError``;
         existing buffers and resources keep their storage.
         """
-        if self._recording and self._recorder.outermost():
-            return self._recorder.call(  # type: ignore[no-any-return]
-                self, "lock", self.lock, (), {}
-            )
         self._set_lock(True)
 
     def unlock(self) -> None:
@@ -280,10 +276,6 @@ class WorkspaceManager:
 
         Does nothing when the workspace is not locked.
         """
-        if self._recording and self._recorder.outermost():
-            return self._recorder.call(  # type: ignore[no-any-return]
-                self, "unlock", self.unlock, (), {}
-            )
         self._set_lock(False)
 
     def _set_lock(self, locked: bool) -> None:
@@ -332,10 +324,6 @@ class WorkspaceManager:
             CapacityLimitError: (``RuntimeError``) more bytes than the device has.
             GrowthDuringCaptureError: (``RuntimeError``) growth during CUDA graph capture.
         """
-        if self._recording and self._recorder.outermost():
-            return self._recorder.call(  # type: ignore[no-any-return]
-                self, "get_simultaneous", self.get_simultaneous, shapes_and_dtypes, {}
-            )
         ubatch, lane = SLOT.get()
         if ubatch is None:
             ubatch = 0 if _context.provider is None else provided_ubatch()
@@ -381,10 +369,6 @@ class WorkspaceManager:
             >>> ws.try_get_simultaneous(((16,), torch.float32)) is None
             True
         """
-        if self._recording and self._recorder.outermost():
-            return self._recorder.call(  # type: ignore[no-any-return]
-                self, "try_get_simultaneous", self.try_get_simultaneous, shapes_and_dtypes, {}
-            )
         try:
             return self.get_simultaneous(*shapes_and_dtypes)
         except fws.WorkspaceLockedError:
@@ -472,10 +456,6 @@ class WorkspaceManager:
             >>> intact, ws.get_retained("kv", (16,), torch.float32)[1]
             (False, True)
         """
-        if self._recording and self._recorder.outermost():
-            return self._recorder.call(  # type: ignore[no-any-return]
-                self, "get_retained", self.get_retained, (key, shape, dtype), {}
-            )
         ubatch, lane = SLOT.get()  # the slot lookup of get_simultaneous, inlined likewise
         if ubatch is None:
             ubatch = 0 if _context.provider is None else provided_ubatch()
@@ -561,10 +541,6 @@ class WorkspaceManager:
             >>> [s.capacity for s in ws.stats().slots]
             [2304, 2304]
         """
-        if self._recording and self._recorder.outermost():
-            return self._recorder.call(  # type: ignore[no-any-return]
-                self, "reserve", self.reserve, shapes_and_dtypes, {"slots": slots}
-            )
         self._reserve_requests([torch_specs(shapes_and_dtypes, "shapes_and_dtypes")], slots)
 
     def reserve_many(
@@ -593,10 +569,6 @@ class WorkspaceManager:
             >>> [s.capacity for s in ws.stats().slots]
             [768, 768]
         """
-        if self._recording and self._recorder.outermost():
-            return self._recorder.call(  # type: ignore[no-any-return]
-                self, "reserve_many", self.reserve_many, (requests,), {"slots": slots}
-            )
         if isinstance(requests, (str, bytes)) or not isinstance(requests, Iterable):
             raise InvalidSpecError(f"requests must be a list of requests, got {requests!r}.")
         checked = []
@@ -668,10 +640,6 @@ class WorkspaceManager:
             >>> fresh.is_locked(), fresh.stats().slots[0].capacity
             (True, 4096)
         """
-        if self._recording and self._recorder.outermost():
-            return self._recorder.call(  # type: ignore[no-any-return]
-                self, "load_plan", self.load_plan, (path,), {}
-            )
         plan = _plans.load_plan(path)
 
         def transition(state: WorkspaceState) -> tuple[WorkspaceState, Growth, None]:
@@ -715,10 +683,6 @@ class WorkspaceManager:
             >>> ws.get_persistent_resource("table", dict) is table
             True
         """
-        if self._recording and self._recorder.outermost():
-            return self._recorder.call(  # type: ignore[no-any-return]
-                self, "get_persistent_resource", self.get_persistent_resource, (key, factory), {}
-            )
         index = _context.current_index(self._num_ubatches, self._num_lanes)
         if index >= 0:
             try:
@@ -777,14 +741,6 @@ class WorkspaceManager:
             >>> scales.tolist(), ws.get_persistent("scales", (4,), torch.float32) is scales
             ([0.0, 0.0, 0.0, 0.0], True)
         """
-        if self._recording and self._recorder.outermost():
-            return self._recorder.call(  # type: ignore[no-any-return]
-                self,
-                "get_persistent",
-                self.get_persistent,
-                (key, shape, dtype),
-                {"zero_init": True} if zero_init else {},
-            )
         index = _context.current_index(self._num_ubatches, self._num_lanes)
         if index >= 0:
             try:

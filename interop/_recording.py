@@ -1,0 +1,134 @@
+"""Recording a manager's calls: ``WorkspaceManager.recording()``.
+
+No public method asks whether a recording is on. While one is, the manager's public methods
+are shadowed by recording wrappers set on the instance (:meth:`Recorder.recording` sets
+them when the first recording starts and removes them when the last one ends), so a
+manager that is not recording runs exactly its class's methods, at no cost.
+
+Each call is recorded once, as the outermost public call of its thread (``get_persistent``
+calling ``get_persistent_resource`` records the outer call); every call from every thread
+goes to every recording active when it returns; recordings nest.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from functional_ws import Slot
+
+from ._compile import run_eagerly
+from ._history import History, Record
+
+#: The public methods a recording sees.
+RECORDED = (
+    "get_simultaneous",
+    "try_get_simultaneous",
+    "get_retained",
+    "reserve",
+    "reserve_many",
+    "load_plan",
+    "get_persistent_resource",
+    "get_persistent",
+    "lock",
+    "unlock",
+)
+
+
+class Recorder:
+    """The recordings running on one manager (which holds it; the recorder holds no
+    reference to the manager, so dropping a manager frees it at once).
+
+    Args:
+        current_slot: says which slot the calling context works in.
+
+    Attributes:
+        active: the histories recording now, in the order their blocks began.
+    """
+
+    def __init__(self, current_slot: Callable[[], Slot]) -> None:
+        self.active: list[History] = []
+        self._current_slot = current_slot
+        self._lock = threading.Lock()
+        self._depth = threading.local()
+
+    @contextmanager
+    def recording(self, manager: Any) -> Iterator[History]:
+        """Record ``manager``'s public calls until the block ends.
+
+        Yields:
+            The :class:`History`, filled as calls are made; it starts with the current state.
+        """
+        history = History([Record("start", self._current_slot(), manager.state)])
+        with self._lock:
+            if not self.active:
+                _shadow(self, manager)
+            self.active.append(history)
+        try:
+            yield history
+        finally:
+            with self._lock:
+                self.active[:] = [h for h in self.active if h is not history]
+                if not self.active:
+                    _unshadow(manager)
+
+    def call(
+        self, manager: Any, name: str, method: Callable[..., Any], args: Any, kwargs: Any
+    ) -> Any:
+        """Run ``method(*args, **kwargs)`` and record it (if it is the outermost call)."""
+        depth = getattr(self._depth, "value", 0)
+        self._depth.value = depth + 1
+        error = None
+        try:
+            return method(*args, **kwargs)
+        except Exception as err:
+            error = f"{type(err).__name__}: {err}"
+            raise
+        finally:
+            self._depth.value = depth
+            if depth == 0:
+                record = Record(
+                    _describe(name, args, kwargs), self._current_slot(), manager.state, error
+                )
+                with self._lock:
+                    for history in self.active:
+                        history.append(record)
+
+
+def _shadow(recorder: Recorder, manager: Any) -> None:
+    """Set a recording wrapper over each recorded method, on the instance (they reference
+    the manager: a cycle that :func:`_unshadow` breaks when the last recording ends)."""
+    for name in RECORDED:
+        method = getattr(type(manager), name).__get__(manager)
+        vars(manager)[name] = _wrapper(recorder, manager, name, method)
+
+
+def _unshadow(manager: Any) -> None:
+    for name in RECORDED:
+        vars(manager).pop(name, None)
+
+
+def _wrapper(
+    recorder: Recorder, manager: Any, name: str, method: Callable[..., Any]
+) -> Callable[..., Any]:
+    @functools.wraps(method)
+    def record(*args: Any, **kwargs: Any) -> Any:
+        return recorder.call(manager, name, method, args, kwargs)
+
+    run_eagerly(record)  # type: ignore[arg-type]  # a plain function, as the method itself
+    return record
+
+
+def _describe(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+    parts = [_short(a) for a in args] + [f"{k}={_short(v)}" for k, v in kwargs.items()]
+    return f"{name}({', '.join(parts)})"
+
+
+def _short(value: Any) -> str:
+    if callable(value) and not isinstance(value, type):
+        return getattr(value, "__name__", "<callable>")
+    text = repr(value).replace("torch.", "")
+    return text if len(text) <= 60 else text[:57] + "..."
