@@ -110,7 +110,8 @@ class PersistentKeyLockedError(WorkspaceError, AssertionError):
     def __init__(self, key: Hashable, slot: tuple[int, int]):
         super().__init__(
             f"Workspace is locked but {key!r} was not allocated during warmup for the "
-            f"current ubatch and lane (slot {slot}). Request it once before lock()."
+            f"current ubatch and lane. That is slot {slot} (ubatch, lane): request the key "
+            "there once before lock()."
         )
         self.key = key
         self.slot = slot
