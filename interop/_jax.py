@@ -4,6 +4,9 @@
 error, every case where raw ``from_dlpack`` would copy or narrow silently. ``jax_call`` wraps
 a JAX function for torch callers and orders its results so that torch may reuse the input
 regions as soon as it returns. The DLPack plumbing and its caches live in ``_dlpack.py``.
+
+Under ``torch.compile`` both run eagerly, at a graph break (a JAX array cannot live in a
+torch graph), and JAX's own functions are left to run eagerly too (``_private.py``).
 """
 
 from __future__ import annotations
@@ -16,7 +19,8 @@ import jax
 import numpy as np
 import torch
 
-from . import _dlpack
+from . import _dlpack, _private
+from ._compile import run_eagerly
 from ._device import same_device
 from ._errors import (
     ConjugateBitError,
@@ -349,3 +353,15 @@ def jax_call(fn: Fn) -> Callable[..., Any]:
         return jax.tree_util.tree_map(_to_torch_leaf, fn(*jax_args, **jax_kwargs))
 
     return call
+
+
+#: Why the handoff runs outside torch.compile graphs, and what to do instead.
+HANDOFF_ADVICE = (
+    "functional-ws: interop.to_jax and interop.to_torch run eagerly, outside torch.compile "
+    "graphs (the graph breaks at the call): a JAX array cannot live in a torch graph. With "
+    "fullgraph=True, put the JAX code in a function wrapped with interop.jax_call(fn), "
+    "which compiles as one custom op (functional_ws::jax_call)."
+)
+run_eagerly(to_jax, HANDOFF_ADVICE)  # type: ignore[arg-type]
+run_eagerly(to_torch, HANDOFF_ADVICE)  # type: ignore[arg-type]
+_private.dynamo_skips_jax()  # JAX's functions called in a compiled function run eagerly too
