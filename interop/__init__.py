@@ -35,6 +35,7 @@ from ._errors import ConjugateBitError as ConjugateBitError
 from ._errors import DeletedArrayError as DeletedArrayError
 from ._errors import DeviceNotVisibleError as DeviceNotVisibleError
 from ._errors import DeviceUnavailableError as DeviceUnavailableError
+from ._errors import FunctionNotCallableError as FunctionNotCallableError
 from ._errors import GradientTrackedError as GradientTrackedError
 from ._errors import GrowthDuringCaptureError as GrowthDuringCaptureError
 from ._errors import HandoffError as HandoffError
@@ -57,9 +58,9 @@ from ._errors import X64DisabledError as X64DisabledError
 from ._errors import ZeroCopyError as ZeroCopyError
 from ._history import History as History
 from ._history import Record as Record
-from ._jax import jax_call as jax_call
 from ._jax import to_jax as to_jax
 from ._jax import to_torch as to_torch
+from ._jax_call import jax_call as jax_call
 from ._jax_config import configure_jax_for_sharing as configure_jax_for_sharing
 from ._manager import WorkspaceManager as WorkspaceManager
 from ._module_api import current_workspace_manager as current_workspace_manager
@@ -90,6 +91,7 @@ __all__ = [
     "DeletedArrayError",
     "DeviceNotVisibleError",
     "DeviceUnavailableError",
+    "FunctionNotCallableError",
     "GradientTrackedError",
     "GrowthDuringCaptureError",
     "HandoffError",

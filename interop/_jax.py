@@ -1,9 +1,8 @@
 """Torch <-> JAX handoff of workspace views: zero-copy, loss-free, ordered.
 
 ``to_jax`` and ``to_torch`` alias memory both ways through DLPack and refuse, with a precise
-error, every case where raw ``from_dlpack`` would copy or narrow silently. ``jax_call`` wraps
-a JAX function for torch callers and orders its results so that torch may reuse the input
-regions as soon as it returns. The DLPack plumbing and its caches live in ``_dlpack.py``.
+error, every case where raw ``from_dlpack`` would copy or narrow silently. ``jax_call``
+(``_jax_call.py``) builds on them. The DLPack plumbing and its caches live in ``_dlpack.py``.
 
 Under ``torch.compile`` both run eagerly, at a graph break (a JAX array cannot live in a
 torch graph), and JAX's own functions are left to run eagerly too (``_private.py``).
@@ -11,9 +10,7 @@ torch graph), and JAX's own functions are left to run eagerly too (``_private.py
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
-from typing import Any, TypeVar, cast
+from typing import Any, cast
 
 import jax
 import numpy as np
@@ -77,7 +74,6 @@ _X64_HINT = (
 )
 
 _STRIDED = torch.strided
-Fn = TypeVar("Fn", bound=Callable[..., Any])
 #: What ``stream=`` takes: a torch CUDA stream, or a CUDA stream handle.
 Stream = torch.cuda.Stream | int
 
@@ -169,7 +165,9 @@ def _refuse_flags(tensor: torch.Tensor) -> None:
     if tensor.requires_grad:
         raise GradientTrackedError(
             "to_jax: the tensor requires grad; JAX would share its data but autograd would "
-            "not see what JAX does with it. Pass tensor.detach() (no copy) if you mean it."
+            "not see what JAX does with it. To differentiate through JAX, wrap the JAX "
+            "function with interop.jax_call(fn) and call it on the tensor; pass "
+            "tensor.detach() (no copy) only if no gradient should flow back."
         )
     if tensor.is_conj():
         raise ConjugateBitError(
@@ -299,60 +297,6 @@ def _torch_device(array: jax.Array) -> torch.device:
         return torch.device("cpu")
     device = next(iter(array.devices()))  # a sharded array is refused after this check
     return torch.device("cuda", device.local_hardware_id)
-
-
-def _to_jax_leaf(leaf: Any) -> Any:
-    return to_jax(leaf) if isinstance(leaf, torch.Tensor) else leaf
-
-
-def _to_torch_leaf(leaf: Any) -> Any:
-    return to_torch(leaf) if _dlpack.is_array_impl(leaf) else leaf
-
-
-def jax_call(fn: Fn) -> Callable[..., Any]:
-    """Wrap a JAX function so it takes and returns torch tensors, zero-copy both ways.
-
-    Torch tensors anywhere in the arguments (pytrees: tuples, lists, dicts) go through
-    :func:`to_jax`; JAX arrays anywhere in the result come back through :func:`to_torch`.
-
-    Ordering: once the wrapped call returns, torch may overwrite the input regions (the next
-    ``get_simultaneous`` hands them out again) without changing the result. The mechanism is
-    the cheapest one that holds: every returned array is handed over by :func:`to_torch`,
-    which on CPU waits until the array is ready (the computation that read the inputs has
-    finished) and on CUDA makes the current torch stream wait for it on the device, so
-    torch's later writes queue behind JAX's reads without a host sync. Inputs are ordered
-    after the work queued on the current torch stream. Limits: results your function
-    returns that alias an input (returning an argument as is) change with it, as in torch;
-    and work whose result is dropped is not waited for (it cannot change the result).
-
-    Args:
-        fn: a function of JAX arrays (jitted or not) returning a pytree of arrays.
-
-    Returns:
-        A function taking torch tensors (and any other leaves, passed through) and returning
-        the same pytree structure with torch tensors in place of arrays.
-
-    Raises:
-        HandoffError: from :func:`to_jax` / :func:`to_torch` for an input or output that
-            cannot be aliased (see those functions).
-
-    Example:
-        >>> import torch, jax, interop
-        >>> double = interop.jax_call(jax.jit(lambda x: x * 2))
-        >>> x = torch.ones(3)
-        >>> y = double(x)
-        >>> x.fill_(5.0)  # reuse the input region at once: the result does not change
-        tensor([5., 5., 5.])
-        >>> y
-        tensor([2., 2., 2.])
-    """
-
-    @functools.wraps(fn)
-    def call(*args: Any, **kwargs: Any) -> Any:
-        jax_args, jax_kwargs = jax.tree_util.tree_map(_to_jax_leaf, (args, kwargs))
-        return jax.tree_util.tree_map(_to_torch_leaf, fn(*jax_args, **jax_kwargs))
-
-    return call
 
 
 #: Why the handoff runs outside torch.compile graphs, and what to do instead.
