@@ -54,6 +54,7 @@ from ._errors import UnknownAllocatorError as UnknownAllocatorError
 from ._errors import UnknownDeviceError as UnknownDeviceError
 from ._errors import UnsupportedDtypeError as UnsupportedDtypeError
 from ._errors import UnsupportedLayoutError as UnsupportedLayoutError
+from ._errors import UnsupportedPytreeError as UnsupportedPytreeError
 from ._errors import X64DisabledError as X64DisabledError
 from ._errors import ZeroCopyError as ZeroCopyError
 from ._history import History as History
@@ -120,6 +121,7 @@ __all__ = [
     "UnknownDeviceError",
     "UnsupportedDtypeError",
     "UnsupportedLayoutError",
+    "UnsupportedPytreeError",
     "WorkspaceError",
     "WorkspaceLockedError",
     "WorkspaceManager",

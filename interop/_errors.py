@@ -122,6 +122,13 @@ class FunctionNotCallableError(HandoffError, TypeError):
     reason = "not-callable"
 
 
+class UnsupportedPytreeError(HandoffError, TypeError):
+    """Under ``torch.compile``, a ``jax_call`` function returned a pytree node the compiled
+    graph cannot rebuild (only tuples, lists, dicts and ``None`` hold its arrays there)."""
+
+    reason = "pytree"
+
+
 class JaxSettingError(HandoffError, ValueError):
     """An argument of ``configure_jax_for_sharing`` is out of range or inconsistent."""
 
@@ -269,7 +276,7 @@ PUBLIC_ERRORS: tuple[type[Exception], ...] = (
     DeviceNotVisibleError, LazyViewError, ConjugateBitError, NegativeBitError,
     ShardedArrayError, GradientTrackedError, X64DisabledError, UnsupportedDtypeError,
     StreamTypeError, StreamDeviceError, DeletedArrayError, FunctionNotCallableError,
-    JaxSettingError,
+    UnsupportedPytreeError, JaxSettingError,
     JaxAlreadyStartedError, JaxPreallocationWarning,
     AllocatorError, UnknownAllocatorError, AllocatorNotCallableError, AllocationTypeError,
     AllocationNotTensorError, AllocationDtypeError, AllocationValueError, AllocationShapeError,

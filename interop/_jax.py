@@ -65,6 +65,13 @@ def _jax_dtypes(dtypes: frozenset[torch.dtype]) -> frozenset[np.dtype[Any]]:
 #: JAX dtypes torch can alias through DLPack: the torch dtypes above, seen from JAX. Any
 #: other (``int4``, ``uint2``, ``float8_e3m4``, ``float4_e2m1fn``...) has no torch dtype.
 EXPORTABLE_DTYPES = _jax_dtypes(SHARED_DTYPES | WIDE_DTYPES)
+#: Each torch dtype above as JAX's dtype, and back.
+JAX_DTYPES: dict[torch.dtype, np.dtype[Any]] = {
+    dtype: np.dtype(getattr(jax.numpy, str(dtype).removeprefix("torch.")))
+    for dtype in SHARED_DTYPES | WIDE_DTYPES
+    if hasattr(jax.numpy, str(dtype).removeprefix("torch."))
+}
+TORCH_DTYPES: dict[np.dtype[Any], torch.dtype] = {v: k for k, v in JAX_DTYPES.items()}
 _CARRIERS = _dlpack.carriers(EXPORTABLE_DTYPES)
 _NOT_EXPORTABLE = object()
 
@@ -133,7 +140,7 @@ def to_jax(tensor: torch.Tensor, *, stream: Stream | None = None) -> jax.Array:
         raise TypeError(f"to_jax: expected a torch.Tensor, got {type(tensor).__name__}")
     dtype = tensor.dtype
     if dtype not in SHARED_DTYPES:
-        _check_wide_dtype(dtype)
+        check_wide_dtype(dtype)
     target = _dlpack.target_for(tensor)
     if tensor.requires_grad or tensor.is_conj() or tensor.is_neg() or tensor.layout != _STRIDED:
         _refuse_flags(tensor)
@@ -142,7 +149,8 @@ def to_jax(tensor: torch.Tensor, *, stream: Stream | None = None) -> jax.Array:
     return _dlpack.import_tensor(tensor, target, stream)
 
 
-def _check_wide_dtype(dtype: torch.dtype) -> None:
+def check_wide_dtype(dtype: torch.dtype) -> None:
+    """Refuse a torch dtype JAX cannot hold exactly now (see :func:`to_jax`'s errors)."""
     if dtype not in WIDE_DTYPES:
         raise UnsupportedDtypeError(
             f"to_jax: dtype {dtype} has no JAX equivalent that DLPack can alias. "

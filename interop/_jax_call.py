@@ -1,11 +1,14 @@
-"""``jax_call``: a JAX function for torch callers, zero-copy both ways, differentiable.
+"""``jax_call``: a JAX function for torch callers, zero-copy both ways, differentiable, and
+compiled whole by ``torch.compile``.
 
-Two paths, chosen per call:
+Three paths, chosen per call:
 
 - no gradient needed (grad mode off, or no input requires grad): hand the tensors over
   with ``to_jax``, call the function, hand the results back with ``to_torch``;
 - a gradient needed: one autograd node (``_autograd.py``) whose backward is JAX's
-  vector-Jacobian product (``_vjp.py``).
+  vector-Jacobian product (``_vjp.py``);
+- while ``torch.compile`` traces: the custom op ``functional_ws::jax_call``
+  (``_custom_op.py``), so that the compiled graph holds the call whole.
 """
 
 from __future__ import annotations
@@ -17,18 +20,14 @@ from typing import Any
 import jax
 import torch
 
-from . import _dlpack
+from . import _custom_op, _dlpack
 from ._autograd import call_differentiably, is_differentiated
 from ._compile import run_eagerly
 from ._errors import FunctionNotCallableError
 from ._jax import to_jax, to_torch
 from ._vjp import Plan
 
-#: Why a jax_call runs outside torch.compile graphs.
-EAGER_ADVICE = (
-    "functional-ws: interop.jax_call runs eagerly, outside torch.compile graphs (the graph "
-    "breaks at the call): a JAX computation cannot be traced by Dynamo."
-)
+_is_compiling = torch.compiler.is_compiling
 
 
 def _to_jax_leaf(leaf: Any) -> Any:
@@ -57,12 +56,12 @@ class Caller:
         return jax.tree_util.tree_map(_to_torch_leaf, self.fn(*jax_args, **jax_kwargs))
 
 
-run_eagerly(Caller.__call__, EAGER_ADVICE)  # type: ignore[arg-type]
+run_eagerly(Caller.__call__, _custom_op.EAGER_ADVICE)  # type: ignore[arg-type]
 
 
 def jax_call(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Wrap a JAX function so it takes and returns torch tensors: zero-copy both ways, and
-    differentiable by torch's autograd.
+    """Wrap a JAX function so it takes and returns torch tensors: zero-copy both ways,
+    differentiable by torch's autograd, and compiled whole by ``torch.compile``.
 
     Torch tensors anywhere in the arguments (pytrees: tuples, lists, dicts) go through
     :func:`to_jax`; JAX arrays anywhere in the result come back through :func:`to_torch`.
@@ -96,6 +95,13 @@ def jax_call(fn: Callable[..., Any]) -> Callable[..., Any]:
     ordered after the work queued on the current torch stream. Limits, as before: a result
     that *is* an input (an unjitted function returning its argument) aliases it, as in
     torch; work whose result is dropped is not waited for (it cannot change the result).
+
+    ``torch.compile``: the call becomes the custom op ``functional_ws::jax_call`` (its
+    shapes from ``jax.eval_shape``, its backward the op again on ``jax.vjp``, which
+    recomputes the forward), so ``fullgraph=True`` works. Graphs are specialised per input
+    shape, as JAX compiles per shape: pad to a few bucket sizes to bound recompilation.
+    Arguments that cannot go through the op (JAX or NumPy arrays, custom pytree nodes) run
+    the call eagerly at a graph break (an error under ``fullgraph=True``, saying so).
 
     Args:
         fn: a function of JAX arrays (jitted or not) returning a pytree of arrays.
@@ -132,9 +138,12 @@ def jax_call(fn: Callable[..., Any]) -> Callable[..., Any]:
             f"jax_call: fn must be a callable JAX function, got {fn!r} ({type(fn).__name__})"
         )
     caller = Caller(fn)
+    key = _custom_op.register(caller, getattr(fn, "__name__", type(fn).__name__))
 
     @functools.wraps(fn)
     def call(*args: Any, **kwargs: Any) -> Any:
+        if _is_compiling():
+            return _custom_op.traced_call(key, args, kwargs)
         return caller(args, kwargs)
 
     return call

@@ -34,10 +34,11 @@ REFUSALS = {
     interop.DeletedArrayError: RuntimeError,
 }
 # The HandoffError classes that refuse no handoff (JAX's memory settings, what jax_call is
-# given).
+# given or returns).
 NOT_REFUSALS = {
     interop.HandoffError: None,
     interop.FunctionNotCallableError: TypeError,
+    interop.UnsupportedPytreeError: TypeError,
     interop.JaxSettingError: ValueError,
     interop.JaxAlreadyStartedError: RuntimeError,
 }

@@ -34,7 +34,7 @@ INTEROP_NAMES = {
     "AllocationValueError", "AllocatorError", "AllocatorNotCallableError",
     "CapacityLimitError", "ConjugateBitError", "DeletedArrayError", "DeviceNotVisibleError",
     "DeviceUnavailableError", "FunctionNotCallableError", "GradientTrackedError",
-    "GrowthDuringCaptureError",
+    "GrowthDuringCaptureError", "UnsupportedPytreeError",
     "HandoffError", "History", "InvalidConfigError", "InvalidPlanError", "InvalidSlotError",
     "InvalidSpecError", "JaxAlreadyStartedError", "JaxPreallocationWarning", "JaxSettingError",
     "LaneNotConfiguredError", "LazyViewError", "MisalignedViewError", "NegativeBitError",
