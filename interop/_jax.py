@@ -244,8 +244,14 @@ def to_torch(array: jax.Array, *, stream: Stream | None = None) -> torch.Tensor:
     """Hand a JAX array to torch without copying it, after the computation that produced it.
 
     On CPU this waits until ``array`` is ready; on CUDA the consuming torch ``stream``
-    (default: the current one) waits for it on the device, without a host sync. Writes
-    through the returned tensor change the bytes the ("immutable") JAX array reads.
+    (default: the current one) waits for it on the device, without a host sync.
+
+    The tensor is writable, and writes through it change the bytes the ("immutable") JAX
+    array reads. jax 0.12 marks its DLPack exports read-only (a DLPack 1.x flag), but torch
+    has no read-only tensors and ignores the flag (torch 2.13): refusing writes is not
+    possible, and a copy would break the zero-copy promise, so the tensor stays writable
+    on every jax release alike. Do not write into it while JAX still uses the array (or
+    drop the array: the tensor keeps the bytes alive).
 
     The tensor keeps the bytes alive as ``torch.from_dlpack`` does: deleting, donating or
     garbage-collecting ``array`` afterwards leaves the tensor intact (a donated array is then
