@@ -146,6 +146,13 @@ def to_jax(tensor: torch.Tensor, *, stream: Stream | None = None) -> jax.Array:
         _refuse_flags(tensor)
     if stream is not None:
         stream = checked_stream(stream, tensor.device, "to_jax", "tensor")
+    if not tensor.is_contiguous() and not _dlpack.permuted_layouts_import_correctly(target):
+        raise UnsupportedLayoutError(
+            f"to_jax: this jax ({jax.__version__}) imports permuted layouts (a transpose, a "
+            "permute) with wrong values: it reads the bytes as if they were row-major (seen "
+            "on jax 0.6.1 to 0.7.x). Refusing rather than hand JAX the wrong numbers. Call "
+            ".contiguous() first (a copy), or upgrade jax."
+        )
     return _dlpack.import_tensor(tensor, target, stream)
 
 
