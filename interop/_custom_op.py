@@ -394,7 +394,9 @@ def _backward(ctx: Any, grads: list[torch.Tensor | None]) -> tuple[Any, ...]:
         compact_cotangent(g) for g, has in zip(grads, given, strict=True) if g is not None and has
     ]
     results = iter(jax_call_op(key, [*tensors, *cotangents], ctx.ints))
-    return None, [next(results) if d else None for d in ctx.diff], None
+    # No gradient for the ints, in the structure torch 2.13 checks: an empty list stays a
+    # list node, a list of ints counts as one leaf.
+    return None, [next(results) if d else None for d in ctx.diff], None if ctx.ints else []
 
 
 def _backward_key(

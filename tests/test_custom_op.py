@@ -104,3 +104,11 @@ def test_the_op_s_backward_refuses_overwritten_inputs():
     h.add_(1)
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         y.sum().backward()
+
+
+def test_the_op_differentiates_without_ints_too():
+    key = _custom_op.add_entry(jnp.sin, ("tuple", ("T",)), jitted=False)
+    x = torch.zeros(3, requires_grad=True)
+    (y,) = _custom_op.jax_call_op(key, [x], [])
+    y.sum().backward()
+    assert x.grad.tolist() == [1.0, 1.0, 1.0]
