@@ -146,7 +146,11 @@ def to_jax(tensor: torch.Tensor, *, stream: Stream | None = None) -> jax.Array:
         _refuse_flags(tensor)
     if stream is not None:
         stream = checked_stream(stream, tensor.device, "to_jax", "tensor")
-    if not tensor.is_contiguous() and not _dlpack.permuted_layouts_import_correctly(target):
+    if (
+        not tensor.is_contiguous()
+        and _is_permuted_dense(tensor)
+        and not _dlpack.permuted_layouts_import_correctly(target)
+    ):
         raise UnsupportedLayoutError(
             f"to_jax: this jax ({jax.__version__}) imports permuted layouts (a transpose, a "
             "permute) with wrong values: it reads the bytes as if they were row-major (seen "
@@ -154,6 +158,13 @@ def to_jax(tensor: torch.Tensor, *, stream: Stream | None = None) -> jax.Array:
             ".contiguous() first (a copy), or upgrade jax."
         )
     return _dlpack.import_tensor(tensor, target, stream)
+
+
+def _is_permuted_dense(tensor: torch.Tensor) -> bool:
+    """Whether ``tensor``'s strides permute a dense layout (a transpose, a permute)."""
+    strides = tensor.stride()
+    order = sorted(range(tensor.dim()), key=lambda d: -strides[d])
+    return tensor.permute(order).is_contiguous()
 
 
 def check_wide_dtype(dtype: torch.dtype) -> None:

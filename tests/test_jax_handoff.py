@@ -308,3 +308,11 @@ def test_a_jax_that_gets_permuted_layouts_wrong_is_refused(monkeypatch):
     with pytest.raises(interop.UnsupportedLayoutError, match="wrong values"):
         interop.to_jax(base.T)
     assert interop.to_jax(base).unsafe_buffer_pointer() == base.data_ptr()  # dense: fine
+
+
+def test_only_permuted_layouts_meet_the_probe(monkeypatch):
+    """A step slice on such a jax keeps its own refusal (and message)."""
+    view = _aligned()
+    monkeypatch.setitem(_dlpack._permuted_ok, _dlpack.target_for(view), False)
+    with pytest.raises(interop.UnsupportedLayoutError, match="dense strides"):
+        interop.to_jax(view[::2])
