@@ -128,15 +128,25 @@ class _AfterImport(importlib.abc.MetaPathFinder):
                 break
         if spec is None:
             return None
-        loader = spec.loader
-        execute = getattr(loader, "exec_module", None)
-        if execute is None:  # pragma: no cover - a legacy loader: leave it alone
-            return spec
-        then = self.then
-
-        def exec_module(module: types.ModuleType) -> None:
-            execute(module)
-            then(module)
-
-        loader.exec_module = exec_module  # type: ignore[method-assign,union-attr]
+        if spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec  # pragma: no cover - a namespace package or a legacy loader
+        spec.loader = _ThenLoader(spec.loader, self.then)  # a loader may serve other modules
         return spec
+
+
+class _ThenLoader(importlib.abc.Loader):
+    """``loader``, then ``then(module)`` once the module has run; the rest delegated."""
+
+    def __init__(self, loader: Any, then: Callable[[types.ModuleType], object]) -> None:
+        self.loader = loader
+        self.then = then
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType | None:
+        return self.loader.create_module(spec)  # type: ignore[no-any-return]
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        self.loader.exec_module(module)
+        self.then(module)
+
+    def __getattr__(self, name: str) -> Any:  # get_source, get_filename...: for tracebacks
+        return getattr(self.loader, name)

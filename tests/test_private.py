@@ -48,6 +48,25 @@ def test_the_import_hook_runs_once_after_the_module(tmp_path, monkeypatch):
     assert seen == [1] and hook not in sys.meta_path
 
 
+def test_the_import_hook_leaves_a_shared_loader_alone(tmp_path, monkeypatch):
+    """pytest's assertion rewriter is one loader for many modules (``*_test.py`` ones)."""
+    for name in ("first_hooked_test", "second_hooked_test"):
+        (tmp_path / f"{name}.py").write_text(f"NAME = {name!r}\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    seen = []
+    sys.meta_path.insert(0, private._AfterImport("first_hooked_test", lambda m: seen.append(m)))
+    try:
+        import first_hooked_test
+        import second_hooked_test
+    finally:
+        for name in ("first_hooked_test", "second_hooked_test"):
+            sys.modules.pop(name, None)
+    assert [m.NAME for m in seen] == ["first_hooked_test"]
+    assert second_hooked_test.NAME == "second_hooked_test"
+    assert isinstance(first_hooked_test.__spec__.loader, private._ThenLoader)
+    assert not isinstance(second_hooked_test.__spec__.loader, private._ThenLoader)
+
+
 def test_a_constant_result_is_computed_while_tracing_only():
     import torch
 
