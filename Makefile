@@ -5,10 +5,18 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 # The benchmark scripts `make bench` runs (those present); `make bench BENCH_ARGS=--quick`.
 BENCHMARKS := $(wildcard benchmarks/bench_hot_path.py benchmarks/bench_handoff.py \
-	benchmarks/bench_workloads.py)
+	benchmarks/bench_workloads.py benchmarks/bench_jax_grad.py)
 BENCH_ARGS ?=
 
-.PHONY: demo picture test lint typecheck pytest bench clean
+# `make test-newest-jax`: the handoff and training tests against the newest JAX, which
+# needs Python >= 3.12 (JAX dropped 3.11 at 0.11). Not run in CI. On Linux it downloads
+# torch's CUDA build from PyPI (about 5 GB installed; the local CPU wheel is for 3.11).
+PYTHON312 ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python3.12) python3.12)
+VENV312 := .venv-py312
+NEWEST_JAX_TESTS := tests/test_jax_*.py tests/test_handoff_*.py tests/test_vjp.py \
+	tests/test_autograd.py tests/test_custom_op.py tests/test_private.py
+
+.PHONY: demo picture test lint typecheck pytest bench clean test-newest-jax
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -37,9 +45,23 @@ pytest: $(STAMP)
 # lint, types, doctests and tests; fails if any fails.
 test: lint typecheck pytest
 
-bench: $(STAMP)
+# The peers bench_jax_grad.py measures (benchmark-only: `make test` never needs them).
+$(VENV)/.bench: $(STAMP)
+	$(PY) -m pip install --quiet -e '.[bench]'
+	touch $(VENV)/.bench
+
+bench: $(STAMP) $(VENV)/.bench
 	set -e; for script in $(BENCHMARKS); do \
 		echo "=== $$script ==="; $(PY) $$script $(BENCH_ARGS); done
 
+test-newest-jax:
+	test -x $(VENV312)/bin/python || $(PYTHON312) -m venv $(VENV312)
+	$(VENV312)/bin/python -m pip install --quiet torch==2.13.0
+	$(VENV312)/bin/python -m pip install --quiet -e '.[dev]'
+	$(VENV312)/bin/python -m pip install --quiet --upgrade jax jaxlib
+	$(VENV312)/bin/python -c "import sys, jax, torch; print('python', sys.version.split()[0], \
+		'| jax', jax.__version__, '| torch', torch.__version__)"
+	JAX_PLATFORMS=cpu HYPOTHESIS_PROFILE=ci $(VENV312)/bin/python -m pytest -q $(NEWEST_JAX_TESTS)
+
 clean:
-	rm -rf $(VENV) build *.egg-info out
+	rm -rf $(VENV) $(VENV312) build *.egg-info out

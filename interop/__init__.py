@@ -35,6 +35,7 @@ from ._errors import ConjugateBitError as ConjugateBitError
 from ._errors import DeletedArrayError as DeletedArrayError
 from ._errors import DeviceNotVisibleError as DeviceNotVisibleError
 from ._errors import DeviceUnavailableError as DeviceUnavailableError
+from ._errors import FunctionNotCallableError as FunctionNotCallableError
 from ._errors import GradientTrackedError as GradientTrackedError
 from ._errors import GrowthDuringCaptureError as GrowthDuringCaptureError
 from ._errors import HandoffError as HandoffError
@@ -53,14 +54,15 @@ from ._errors import UnknownAllocatorError as UnknownAllocatorError
 from ._errors import UnknownDeviceError as UnknownDeviceError
 from ._errors import UnsupportedDtypeError as UnsupportedDtypeError
 from ._errors import UnsupportedLayoutError as UnsupportedLayoutError
+from ._errors import UnsupportedPytreeError as UnsupportedPytreeError
 from ._errors import X64DisabledError as X64DisabledError
 from ._errors import ZeroCopyError as ZeroCopyError
 from ._facade import WorkspaceManager as WorkspaceManager
 from ._history import History as History
 from ._history import Record as Record
-from ._jax import jax_call as jax_call
 from ._jax import to_jax as to_jax
 from ._jax import to_torch as to_torch
+from ._jax_call import jax_call as jax_call
 from ._jax_config import configure_jax_for_sharing as configure_jax_for_sharing
 from ._module_api import current_workspace_manager as current_workspace_manager
 from ._module_api import init_workspace_manager as init_workspace_manager
@@ -90,6 +92,7 @@ __all__ = [
     "DeletedArrayError",
     "DeviceNotVisibleError",
     "DeviceUnavailableError",
+    "FunctionNotCallableError",
     "GradientTrackedError",
     "GrowthDuringCaptureError",
     "HandoffError",
@@ -118,6 +121,7 @@ __all__ = [
     "UnknownDeviceError",
     "UnsupportedDtypeError",
     "UnsupportedLayoutError",
+    "UnsupportedPytreeError",
     "WorkspaceError",
     "WorkspaceLockedError",
     "WorkspaceManager",

@@ -78,12 +78,21 @@ def run_eagerly_under_compile(cls: _C) -> _C:
     return cls
 
 
-def run_eagerly(function: types.FunctionType) -> None:
+def run_eagerly(function: types.FunctionType, advice: str = ADVICE) -> None:
     """Make Dynamo graph-break at calls of ``function`` and run it, and all it calls, eagerly.
 
     Args:
         function: a plain Python function (a method's ``__func__``).
+        advice: the graph break's reason, which ``fullgraph=True``'s error carries: why
+            the call cannot be traced and what to do instead.
+
+    Example:
+        >>> def scratch() -> int:
+        ...     return 1
+        >>> run_eagerly(scratch, "why, and what to do")
+        >>> scratch._torchdynamo_disable_msg
+        'why, and what to do'
     """
-    vars(function).update(_torchdynamo_disable=True, _torchdynamo_disable_msg=ADVICE)
+    vars(function).update(_torchdynamo_disable=True, _torchdynamo_disable_msg=advice)
     if _SKIP_RECURSIVELY is not None:
         set_code_exec_strategy(function.__code__, _SKIP_RECURSIVELY)

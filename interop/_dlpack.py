@@ -93,6 +93,8 @@ class Target:
     device: Any  # a jax.Device
     dl_type: int
     on_gpu: bool
+    #: The torch device its tensors live on (``cpu``, ``cuda:0``...).
+    device_kind: str = "cpu"
 
 
 _CPU_KEY = ("cpu", 0)
@@ -161,7 +163,8 @@ def _lookup_target(kind: str, index: int) -> Target:
             "build for that device (e.g. pip install 'jax[cuda12]'), and check that "
             "JAX_PLATFORMS and CUDA_VISIBLE_DEVICES let JAX see it."
         ) from None
-    return Target(device=device, dl_type=dl_type, on_gpu=kind != "cpu")
+    torch_device = "cpu" if kind == "cpu" else f"cuda:{index}"
+    return Target(device=device, dl_type=dl_type, on_gpu=kind != "cpu", device_kind=torch_device)
 
 
 def import_tensor(tensor: torch.Tensor, target: Target, stream: Any) -> jax.Array:
@@ -265,6 +268,30 @@ def _import_public(tensor: torch.Tensor, target: Target, stream: Any) -> jax.Arr
     if array.unsafe_buffer_pointer() != tensor.data_ptr() and tensor.numel():
         raise ZeroCopyError("to_jax: jax.dlpack.from_dlpack returned a copy; refusing it.")
     return array
+
+
+_permuted_ok: dict[Target, bool] = {}
+
+
+def permuted_layouts_import_correctly(target: Target) -> bool:
+    """Whether this jaxlib honours the strides of a permuted (say, transposed) tensor it
+    imports on ``target``'s device: asked once per device, with a 2x3 tensor's transpose.
+
+    jax 0.6.1 to 0.7.x (seen here) alias a transposed tensor as if it were row-major: the
+    same address, wrong values, no error; raw ``jax.dlpack.from_dlpack`` too. Where the
+    import refuses the layout instead, the answer is ``True``: the refusal is then raised.
+    """
+    found = _permuted_ok.get(target)
+    if found is None:
+        probe = torch.arange(6, dtype=torch.float32, device=target.device_kind).reshape(2, 3).T
+        try:
+            array = import_tensor(probe, target, None)
+        except (ValueError, RuntimeError):
+            found = True
+        else:
+            found = bool(np.array_equal(np.asarray(array), probe.cpu().numpy()))
+        _permuted_ok[target] = found
+    return found
 
 
 def _translate(err: Exception, tensor: torch.Tensor) -> Exception:

@@ -116,6 +116,19 @@ class DeletedArrayError(HandoffError, RuntimeError, BufferError):
     reason = "deleted"
 
 
+class FunctionNotCallableError(HandoffError, TypeError):
+    """``jax_call(fn)`` was given something that cannot be called."""
+
+    reason = "not-callable"
+
+
+class UnsupportedPytreeError(HandoffError, TypeError):
+    """Under ``torch.compile``, a ``jax_call`` function returned a pytree node the compiled
+    graph cannot rebuild (only tuples, lists, dicts and ``None`` hold its arrays there)."""
+
+    reason = "pytree"
+
+
 class JaxSettingError(HandoffError, ValueError):
     """An argument of ``configure_jax_for_sharing`` is out of range or inconsistent."""
 
@@ -262,7 +275,8 @@ PUBLIC_ERRORS: tuple[type[Exception], ...] = (
     HandoffError, ZeroCopyError, UnsupportedLayoutError, MisalignedViewError,
     DeviceNotVisibleError, LazyViewError, ConjugateBitError, NegativeBitError,
     ShardedArrayError, GradientTrackedError, X64DisabledError, UnsupportedDtypeError,
-    StreamTypeError, StreamDeviceError, DeletedArrayError, JaxSettingError,
+    StreamTypeError, StreamDeviceError, DeletedArrayError, FunctionNotCallableError,
+    UnsupportedPytreeError, JaxSettingError,
     JaxAlreadyStartedError, JaxPreallocationWarning,
     AllocatorError, UnknownAllocatorError, AllocatorNotCallableError, AllocationTypeError,
     AllocationNotTensorError, AllocationDtypeError, AllocationValueError, AllocationShapeError,

@@ -1,22 +1,23 @@
 """Torch <-> JAX handoff of workspace views: zero-copy, loss-free, ordered.
 
 ``to_jax`` and ``to_torch`` alias memory both ways through DLPack and refuse, with a precise
-error, every case where raw ``from_dlpack`` would copy or narrow silently. ``jax_call`` wraps
-a JAX function for torch callers and orders its results so that torch may reuse the input
-regions as soon as it returns. The DLPack plumbing and its caches live in ``_dlpack.py``.
+error, every case where raw ``from_dlpack`` would copy or narrow silently. ``jax_call``
+(``_jax_call.py``) builds on them. The DLPack plumbing and its caches live in ``_dlpack.py``.
+
+Under ``torch.compile`` both run eagerly, at a graph break (a JAX array cannot live in a
+torch graph), and JAX's own functions are left to run eagerly too (``_private.py``).
 """
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
-from typing import Any, TypeVar, cast
+from typing import Any, cast
 
 import jax
 import numpy as np
 import torch
 
-from . import _dlpack
+from . import _dlpack, _private
+from ._compile import run_eagerly
 from ._device import same_device
 from ._errors import (
     ConjugateBitError,
@@ -64,6 +65,13 @@ def _jax_dtypes(dtypes: frozenset[torch.dtype]) -> frozenset[np.dtype[Any]]:
 #: JAX dtypes torch can alias through DLPack: the torch dtypes above, seen from JAX. Any
 #: other (``int4``, ``uint2``, ``float8_e3m4``, ``float4_e2m1fn``...) has no torch dtype.
 EXPORTABLE_DTYPES = _jax_dtypes(SHARED_DTYPES | WIDE_DTYPES)
+#: Each torch dtype above as JAX's dtype, and back.
+JAX_DTYPES: dict[torch.dtype, np.dtype[Any]] = {
+    dtype: np.dtype(getattr(jax.numpy, str(dtype).removeprefix("torch.")))
+    for dtype in SHARED_DTYPES | WIDE_DTYPES
+    if hasattr(jax.numpy, str(dtype).removeprefix("torch."))
+}
+TORCH_DTYPES: dict[np.dtype[Any], torch.dtype] = {v: k for k, v in JAX_DTYPES.items()}
 _CARRIERS = _dlpack.carriers(EXPORTABLE_DTYPES)
 _NOT_EXPORTABLE = object()
 
@@ -73,7 +81,6 @@ _X64_HINT = (
 )
 
 _STRIDED = torch.strided
-Fn = TypeVar("Fn", bound=Callable[..., Any])
 #: What ``stream=`` takes: a torch CUDA stream, or a CUDA stream handle.
 Stream = torch.cuda.Stream | int
 
@@ -133,16 +140,35 @@ def to_jax(tensor: torch.Tensor, *, stream: Stream | None = None) -> jax.Array:
         raise TypeError(f"to_jax: expected a torch.Tensor, got {type(tensor).__name__}")
     dtype = tensor.dtype
     if dtype not in SHARED_DTYPES:
-        _check_wide_dtype(dtype)
+        check_wide_dtype(dtype)
     target = _dlpack.target_for(tensor)
     if tensor.requires_grad or tensor.is_conj() or tensor.is_neg() or tensor.layout != _STRIDED:
         _refuse_flags(tensor)
     if stream is not None:
         stream = checked_stream(stream, tensor.device, "to_jax", "tensor")
+    if (
+        not tensor.is_contiguous()
+        and _is_permuted_dense(tensor)
+        and not _dlpack.permuted_layouts_import_correctly(target)
+    ):
+        raise UnsupportedLayoutError(
+            f"to_jax: this jax ({jax.__version__}) imports permuted layouts (a transpose, a "
+            "permute) with wrong values: it reads the bytes as if they were row-major (seen "
+            "on jax 0.6.1 to 0.7.x). Refusing rather than hand JAX the wrong numbers. Call "
+            ".contiguous() first (a copy), or upgrade jax."
+        )
     return _dlpack.import_tensor(tensor, target, stream)
 
 
-def _check_wide_dtype(dtype: torch.dtype) -> None:
+def _is_permuted_dense(tensor: torch.Tensor) -> bool:
+    """Whether ``tensor``'s strides permute a dense layout (a transpose, a permute)."""
+    strides = tensor.stride()
+    order = sorted(range(tensor.dim()), key=lambda d: -strides[d])
+    return tensor.permute(order).is_contiguous()
+
+
+def check_wide_dtype(dtype: torch.dtype) -> None:
+    """Refuse a torch dtype JAX cannot hold exactly now (see :func:`to_jax`'s errors)."""
     if dtype not in WIDE_DTYPES:
         raise UnsupportedDtypeError(
             f"to_jax: dtype {dtype} has no JAX equivalent that DLPack can alias. "
@@ -165,7 +191,9 @@ def _refuse_flags(tensor: torch.Tensor) -> None:
     if tensor.requires_grad:
         raise GradientTrackedError(
             "to_jax: the tensor requires grad; JAX would share its data but autograd would "
-            "not see what JAX does with it. Pass tensor.detach() (no copy) if you mean it."
+            "not see what JAX does with it. To differentiate through JAX, wrap the JAX "
+            "function with interop.jax_call(fn) and call it on the tensor; pass "
+            "tensor.detach() (no copy) only if no gradient should flow back."
         )
     if tensor.is_conj():
         raise ConjugateBitError(
@@ -234,8 +262,14 @@ def to_torch(array: jax.Array, *, stream: Stream | None = None) -> torch.Tensor:
     """Hand a JAX array to torch without copying it, after the computation that produced it.
 
     On CPU this waits until ``array`` is ready; on CUDA the consuming torch ``stream``
-    (default: the current one) waits for it on the device, without a host sync. Writes
-    through the returned tensor change the bytes the ("immutable") JAX array reads.
+    (default: the current one) waits for it on the device, without a host sync.
+
+    The tensor is writable, and writes through it change the bytes the ("immutable") JAX
+    array reads. jax 0.12 marks its DLPack exports read-only (a DLPack 1.x flag), but torch
+    has no read-only tensors and ignores the flag (torch 2.13): refusing writes is not
+    possible, and a copy would break the zero-copy promise, so the tensor stays writable
+    on every jax release alike. Do not write into it while JAX still uses the array (or
+    drop the array: the tensor keeps the bytes alive).
 
     The tensor keeps the bytes alive as ``torch.from_dlpack`` does: deleting, donating or
     garbage-collecting ``array`` afterwards leaves the tensor intact (a donated array is then
@@ -297,55 +331,13 @@ def _torch_device(array: jax.Array) -> torch.device:
     return torch.device("cuda", device.local_hardware_id)
 
 
-def _to_jax_leaf(leaf: Any) -> Any:
-    return to_jax(leaf) if isinstance(leaf, torch.Tensor) else leaf
-
-
-def _to_torch_leaf(leaf: Any) -> Any:
-    return to_torch(leaf) if _dlpack.is_array_impl(leaf) else leaf
-
-
-def jax_call(fn: Fn) -> Callable[..., Any]:
-    """Wrap a JAX function so it takes and returns torch tensors, zero-copy both ways.
-
-    Torch tensors anywhere in the arguments (pytrees: tuples, lists, dicts) go through
-    :func:`to_jax`; JAX arrays anywhere in the result come back through :func:`to_torch`.
-
-    Ordering: once the wrapped call returns, torch may overwrite the input regions (the next
-    ``get_simultaneous`` hands them out again) without changing the result. The mechanism is
-    the cheapest one that holds: every returned array is handed over by :func:`to_torch`,
-    which on CPU waits until the array is ready (the computation that read the inputs has
-    finished) and on CUDA makes the current torch stream wait for it on the device, so
-    torch's later writes queue behind JAX's reads without a host sync. Inputs are ordered
-    after the work queued on the current torch stream. Limits: results your function
-    returns that alias an input (returning an argument as is) change with it, as in torch;
-    and work whose result is dropped is not waited for (it cannot change the result).
-
-    Args:
-        fn: a function of JAX arrays (jitted or not) returning a pytree of arrays.
-
-    Returns:
-        A function taking torch tensors (and any other leaves, passed through) and returning
-        the same pytree structure with torch tensors in place of arrays.
-
-    Raises:
-        HandoffError: from :func:`to_jax` / :func:`to_torch` for an input or output that
-            cannot be aliased (see those functions).
-
-    Example:
-        >>> import torch, jax, interop
-        >>> double = interop.jax_call(jax.jit(lambda x: x * 2))
-        >>> x = torch.ones(3)
-        >>> y = double(x)
-        >>> x.fill_(5.0)  # reuse the input region at once: the result does not change
-        tensor([5., 5., 5.])
-        >>> y
-        tensor([2., 2., 2.])
-    """
-
-    @functools.wraps(fn)
-    def call(*args: Any, **kwargs: Any) -> Any:
-        jax_args, jax_kwargs = jax.tree_util.tree_map(_to_jax_leaf, (args, kwargs))
-        return jax.tree_util.tree_map(_to_torch_leaf, fn(*jax_args, **jax_kwargs))
-
-    return call
+#: Why the handoff runs outside torch.compile graphs, and what to do instead.
+HANDOFF_ADVICE = (
+    "functional-ws: interop.to_jax and interop.to_torch run eagerly, outside torch.compile "
+    "graphs (the graph breaks at the call): a JAX array cannot live in a torch graph. With "
+    "fullgraph=True, put the JAX code in a function wrapped with interop.jax_call(fn), "
+    "which compiles as one custom op (functional_ws::jax_call)."
+)
+run_eagerly(to_jax, HANDOFF_ADVICE)  # type: ignore[arg-type]
+run_eagerly(to_torch, HANDOFF_ADVICE)  # type: ignore[arg-type]
+_private.dynamo_skips_jax()  # JAX's functions called in a compiled function run eagerly too

@@ -55,3 +55,13 @@ def allocator(request, monkeypatch):
     """Run the test once per allocator (``tests/_allocators.py``); yields its id."""
     monkeypatch.setitem(CHOSEN, "allocator", ALLOCATORS[request.param])
     return request.param
+
+
+def enable_x64():
+    """JAX's 64-bit mode inside a ``with`` block: ``jax.enable_x64`` where this jax has it,
+    ``jax.experimental.enable_x64`` on older releases."""
+    import jax
+    import jax.experimental
+
+    context = getattr(jax, "enable_x64", None)  # a config state on jax 0.10: no bool()
+    return (jax.experimental.enable_x64 if context is None else context)(True)

@@ -33,9 +33,12 @@ REFUSALS = {
     interop.StreamDeviceError: ValueError,
     interop.DeletedArrayError: RuntimeError,
 }
-# The HandoffError classes that refuse no handoff (JAX's memory settings).
+# The HandoffError classes that refuse no handoff (JAX's memory settings, what jax_call is
+# given or returns).
 NOT_REFUSALS = {
     interop.HandoffError: None,
+    interop.FunctionNotCallableError: TypeError,
+    interop.UnsupportedPytreeError: TypeError,
     interop.JaxSettingError: ValueError,
     interop.JaxAlreadyStartedError: RuntimeError,
 }

@@ -78,3 +78,18 @@ def test_wraps_keeps_the_name_and_refuses_bad_inputs():
     with pytest.raises(interop.UnsupportedLayoutError):
         wrapped(torch.zeros(8)[::2])
     assert np.array_equal(wrapped(torch.ones(2, dtype=torch.int8)).numpy(), [2, 2])
+
+
+@pytest.mark.parametrize("fn", [3, "jnp.sin", None, [jnp.sin]], ids=["int", "str", "none", "list"])
+def test_a_non_callable_is_refused_at_wrap_time(fn):
+    with pytest.raises(interop.FunctionNotCallableError, match=r"fn must be a callable") as caught:
+        interop.jax_call(fn)
+    assert isinstance(caught.value, TypeError) and repr(fn) in str(caught.value)
+
+
+def test_any_callable_is_accepted():
+    class Scale:
+        def __call__(self, x):
+            return x * 3
+
+    assert interop.jax_call(Scale())(torch.ones(2)).tolist() == [3.0, 3.0]

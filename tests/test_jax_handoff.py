@@ -20,6 +20,7 @@ from test_jax_views import carve, fill_random, handoff_path, workspace_manager
 
 import interop
 from functional_ws.testing import spec_lists
+from interop import _dlpack
 from interop._jax import SHARED_DTYPES, WIDE_DTYPES
 
 PATHS = pytest.mark.parametrize("private", [True, False], ids=["private", "public"])
@@ -288,3 +289,30 @@ def test_private_path_is_used_on_this_jax():
 
     assert _dlpack.PRIVATE_PATH_AVAILABLE, "jaxlib changed: the fast handoff path is off"
     assert _dlpack.use_private_path
+
+
+def test_the_permuted_layout_probe_tells_the_truth_about_this_jax():
+    """jax 0.6.1 to 0.7.x import a transpose with wrong values: the probe must say so."""
+    (base,) = carve([((4, 8), torch.float32)])
+    base.copy_(torch.arange(32, dtype=torch.float32).reshape(4, 8))
+    target = _dlpack.target_for(base)
+    raw = jax.dlpack.from_dlpack(base.T, copy=False)
+    assert _dlpack.permuted_layouts_import_correctly(target) == np.array_equal(
+        np.asarray(raw), base.T.numpy()
+    )
+
+
+def test_a_jax_that_gets_permuted_layouts_wrong_is_refused(monkeypatch):
+    (base,) = carve([((4, 8), torch.float32)])
+    monkeypatch.setitem(_dlpack._permuted_ok, _dlpack.target_for(base), False)
+    with pytest.raises(interop.UnsupportedLayoutError, match="wrong values"):
+        interop.to_jax(base.T)
+    assert interop.to_jax(base).unsafe_buffer_pointer() == base.data_ptr()  # dense: fine
+
+
+def test_only_permuted_layouts_meet_the_probe(monkeypatch):
+    """A step slice on such a jax keeps its own refusal (and message)."""
+    view = _aligned()
+    monkeypatch.setitem(_dlpack._permuted_ok, _dlpack.target_for(view), False)
+    with pytest.raises(interop.UnsupportedLayoutError, match="dense strides"):
+        interop.to_jax(view[::2])

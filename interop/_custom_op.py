@@ -1,0 +1,458 @@
+"""``jax_call`` inside ``torch.compile``: one torch custom op, ``functional_ws::jax_call``.
+
+While Dynamo traces a compiled function, a ``jax_call`` wrapper describes its arguments
+with plain Python that Dynamo can trace (:func:`describe`: tuples, lists, dicts, tensors,
+Python numbers, strings and ``None``), registers the description once
+(as ``torch.compiler.assume_constant_result`` does: a constant key, no shapes in it; see
+``_private.py``), and calls
+the op on the flat tensors and ints. So a compiled function or training step calling it
+compiles whole, under ``fullgraph=True`` too:
+
+- the op's fake implementation is ``jax.eval_shape`` of the function (the JAX trace, no
+  computation) and records the result's structure, which the wrapper then rebuilds;
+- its real implementation hands the tensors to JAX with ``to_jax`` and the results back
+  with ``to_torch`` (zero-copy; a result that would alias an input or another result is
+  copied, as torch requires of a custom op);
+- its autograd saves the inputs (``save_for_backward``: torch's version counter refuses a
+  backward after an in-place overwrite) and runs the vector-Jacobian product as a second
+  call of the same op: inside a graph a custom op can hand autograd only tensors, so the
+  backward recomputes the JAX forward (rematerialisation) instead of keeping JAX's
+  residuals. Gradients of gradients work the same way, to any order.
+
+Shapes: JAX compiles per shape, so the fake implementation specialises the graph on the
+inputs' shapes and ints (a symbolic size becomes a guard on its value). A new shape
+recompiles torch's graph, as it recompiles JAX's; past Dynamo's recompile limit the
+function runs eagerly, with the same results. Pad inputs to a few bucket sizes to keep
+the number of compilations small.
+
+What cannot become the op (an argument that is a JAX or NumPy array, a custom pytree
+node...) runs eagerly at a graph break, and ``fullgraph=True`` reports it with
+:data:`EAGER_ADVICE`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import threading
+import weakref
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Protocol
+
+import jax
+import jax.numpy as jnp
+import torch
+
+from . import _vjp
+from ._autograd import OVERWRITE_NOTE, compact_cotangent, is_differentiated
+from ._compile import run_eagerly
+from ._errors import UnsupportedDtypeError, UnsupportedPytreeError
+from ._jax import JAX_DTYPES, SHARED_DTYPES, TORCH_DTYPES, check_wide_dtype, to_jax, to_torch
+from ._private import constant_result
+
+#: The op's name; it is registered when this module is imported.
+OP_NAME = "functional_ws::jax_call"
+
+#: Why a jax_call runs outside the graph, and what to do instead.
+EAGER_ADVICE = (
+    "functional-ws: this interop.jax_call runs eagerly, outside the torch.compile graph "
+    "(the graph breaks at the call): an argument is neither a torch tensor, a Python "
+    "number, a string nor None (nor a tuple, list or dict of those), so the call cannot "
+    "become the custom op functional_ws::jax_call. Pass JAX and NumPy arrays as torch "
+    "tensors (interop.to_torch), and other values as Python numbers or strings."
+)
+
+TENSOR, INT = "T", "I"
+
+
+class _Caller(Protocol):
+    fn: Callable[..., Any]
+    jitted: bool
+
+    def __call__(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any: ...
+
+
+_callers: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
+_numbers = itertools.count()
+
+
+def register(caller: _Caller, name: str) -> str:
+    """Register a ``jax_call`` wrapper's caller; returns the key its traces name it by."""
+    key = f"{name}#{next(_numbers)}"
+    _callers[key] = caller
+    return key
+
+
+# ----- the description Dynamo traces (plain Python only) -----
+
+
+def describe(tree: Any, tensors: list[Any], ints: list[Any]) -> Any:
+    """A constant description of ``tree``, appending its tensors and ints in order; ``None``
+    where a leaf cannot go through the op.
+
+    Example:
+        >>> import torch
+        >>> tensors, ints = [], []
+        >>> describe(((torch.ones(2), 3), {"scale": 0.5}), tensors, ints)
+        ('tuple', (('tuple', ('T', 'I')), ('dict', ('scale',), (('C', 0.5),))))
+        >>> len(tensors), ints
+        (1, [3])
+    """
+    if isinstance(tree, torch.Tensor):
+        tensors.append(tree)
+        return TENSOR
+    if tree is None or isinstance(tree, (bool, float, complex, str)):
+        return ("C", tree)
+    if isinstance(tree, int):  # a symbolic int too: it goes through the op as a SymInt
+        ints.append(tree)
+        return INT
+    if type(tree) is tuple or type(tree) is list:
+        children = []
+        for item in tree:
+            child = describe(item, tensors, ints)
+            if child is None:
+                return None
+            children.append(child)
+        return ("tuple" if type(tree) is tuple else "list", tuple(children))
+    if type(tree) is dict:
+        keys, children = [], []
+        for name, item in tree.items():
+            child = describe(item, tensors, ints)
+            if child is None:
+                return None
+            keys.append(name)
+            children.append(child)
+        return ("dict", tuple(keys), tuple(children))
+    return None
+
+
+def rebuild(structure: Any, tensors: Iterator[Any], ints: Iterator[Any]) -> Any:
+    """The tree :func:`describe` described, with values from ``tensors`` and ``ints``.
+
+    Example:
+        >>> rebuild(("tuple", ("T", ("C", None), "I")), iter(["x"]), iter([3]))
+        ('x', None, 3)
+    """
+    if structure == TENSOR:
+        return next(tensors)
+    if structure == INT:
+        return next(ints)
+    tag = structure[0]
+    if tag == "C":
+        return structure[1]
+    if tag == "dict":
+        return {
+            k: rebuild(c, tensors, ints) for k, c in zip(structure[1], structure[2], strict=True)
+        }
+    children = [rebuild(child, tensors, ints) for child in structure[1]]
+    return tuple(children) if tag == "tuple" else children
+
+
+def traced_call(caller_key: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """What a ``jax_call`` wrapper does while Dynamo traces it: the op, or a graph break."""
+    tensors: list[Any] = []
+    ints: list[Any] = []
+    structure = describe((args, kwargs), tensors, ints)
+    if structure is None:
+        return _call_eagerly(caller_key, args, kwargs)
+    key = op_key(caller_key, structure)
+    results = jax_call_op(key, tensors, ints)
+    return rebuild(result_structure(key), iter(results), iter(()))
+
+
+def _call_eagerly(caller_key: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    return _callers[caller_key](args, kwargs)
+
+
+run_eagerly(_call_eagerly, EAGER_ADVICE)  # type: ignore[arg-type]
+
+
+# ----- entries: one per (wrapper, description); the op's key names one -----
+
+
+@dataclasses.dataclass
+class Entry:
+    """What the op runs for one key: ``fn`` on the arguments ``structure`` describes."""
+
+    fn: Callable[..., Any]
+    structure: Any
+    jitted: bool
+    #: The result's description, recorded by the op's implementations.
+    result: Any = None
+    #: The keys of this entry's vector-Jacobian products, by (differentiated, given).
+    backwards: dict[tuple[tuple[bool, ...], tuple[bool, ...]], str] = dataclasses.field(
+        default_factory=dict
+    )
+
+
+_entries: dict[str, Entry] = {}
+_keys: dict[tuple[str, Any], str] = {}
+_lock = threading.Lock()
+
+
+def _new_entry(entry: Entry, name: str) -> str:
+    key = f"{name}/{len(_entries)}"
+    _entries[key] = entry
+    return key
+
+
+def _op_key(caller_key: str, structure: Any) -> str:
+    with _lock:
+        key = _keys.get((caller_key, structure))
+        if key is None:
+            caller = _callers[caller_key]
+            key = _new_entry(Entry(caller.fn, structure, caller.jitted), caller_key)
+            _keys[(caller_key, structure)] = key
+    return key
+
+
+def _result_structure(key: str) -> Any:
+    return _entries[key].result
+
+
+#: The entry's key for a wrapper and a description (a constant of the traced graph).
+op_key = constant_result(_op_key)
+#: The description of the entry's result, once the op's fake implementation has run.
+result_structure = constant_result(_result_structure)
+
+
+def _describe_result(result: Any) -> tuple[Any, list[Any]]:
+    """``result``'s description (arrays as tensors) and its array leaves, in order."""
+    if isinstance(result, (jax.ShapeDtypeStruct, *_vjp.ARRAY_TYPES, int, float, complex)):
+        return TENSOR, [result]
+    if result is None:
+        return ("C", None), []
+    if type(result) is tuple or type(result) is list:
+        pairs = [_describe_result(item) for item in result]
+        tag = "tuple" if type(result) is tuple else "list"
+        return (tag, tuple(d for d, _ in pairs)), [a for _, leaves in pairs for a in leaves]
+    if type(result) is dict:
+        try:
+            names = sorted(result)  # the order JAX's pytrees give (jax.eval_shape's too)
+        except TypeError:
+            names = list(result)
+        pairs = [_describe_result(result[name]) for name in names]
+        described = ("dict", tuple(names), tuple(d for d, _ in pairs))
+        return described, [a for _, leaves in pairs for a in leaves]
+    raise UnsupportedPytreeError(
+        f"jax_call under torch.compile: the function returned a {type(result).__name__}, "
+        "which the compiled graph cannot rebuild: return arrays in tuples, lists or dicts "
+        "(or call the function outside the compiled code)."
+    )
+
+
+def _record(entry: Entry, structure: Any) -> None:
+    if entry.result is not None and entry.result != structure:
+        raise UnsupportedPytreeError(
+            "jax_call under torch.compile: the function's result changed structure with "
+            f"its input shapes ({entry.result} then {structure}); a compiled call needs "
+            "one structure per argument structure."
+        )
+    entry.result = structure
+
+
+# ----- the op -----
+
+
+def _dense(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor`` with the strides of a contiguous tensor (a view where only the strides
+    of size-1 or empty dimensions differ, a copy only for another layout)."""
+    strides, step = [], 1
+    for size in reversed(tensor.shape):
+        strides.append(step)
+        step *= max(size, 1)
+    strides.reverse()
+    if tensor.stride() == tuple(strides):
+        return tensor
+    if tensor.is_contiguous():
+        return tensor.as_strided(tensor.shape, strides)
+    return tensor.contiguous()
+
+
+def _unaliased(results: list[torch.Tensor], inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """Results sharing no memory with the inputs or each other (a custom op's contract)."""
+    seen = {t.data_ptr() for t in inputs if t.numel()}
+    out = []
+    for result in results:
+        if result.numel():
+            if result.data_ptr() in seen:
+                result = result.clone()
+            seen.add(result.data_ptr())
+        out.append(result)
+    return out
+
+
+@torch.library.custom_op(OP_NAME, mutates_args=())
+def jax_call_op(key: str, tensors: list[torch.Tensor], ints: list[int]) -> list[torch.Tensor]:
+    """Run entry ``key``'s JAX function on ``tensors`` and ``ints``; its array results.
+
+    Example:
+        >>> import jax.numpy as jnp, torch
+        >>> key = add_entry(lambda x, n: x * n, ("tuple", ("T", "I")), jitted=False)
+        >>> jax_call_op(key, [torch.ones(2)], [3])
+        [tensor([3., 3.])]
+    """
+    entry = _entries[key]
+    arrays = iter([to_jax(t.detach()) for t in tensors])
+    args, kwargs = _call_arguments(entry, arrays, iter(ints))
+    structure, leaves = _describe_result(entry.fn(*args, **kwargs))
+    _record(entry, structure)
+    results = [_dense(to_torch(jnp.asarray(leaf))) for leaf in leaves]
+    return _unaliased(results, tensors)
+
+
+def _call_arguments(entry: Entry, arrays: Iterator[Any], ints: Iterator[Any]) -> Any:
+    """``(args, kwargs)`` for ``entry.fn``, from the values of one op call."""
+    return rebuild(entry.structure, arrays, ints)
+
+
+def _as_call(args_structure: Any) -> Any:
+    """The description of a call ``(args, {})`` whose positional arguments ``args``
+    describes (a ``("tuple", ...)``)."""
+    return ("tuple", (args_structure, ("dict", (), ())))
+
+
+def _jax_dtype(dtype: torch.dtype) -> Any:
+    if dtype not in SHARED_DTYPES:
+        check_wide_dtype(dtype)  # refuses what to_jax refuses, with its message
+    return JAX_DTYPES[dtype]
+
+
+def _torch_dtype(dtype: Any) -> torch.dtype:
+    found = TORCH_DTYPES.get(jnp.dtype(dtype))
+    if found is None:
+        raise UnsupportedDtypeError(
+            f"to_torch: JAX dtype {dtype} has no torch equivalent that DLPack can carry "
+            "(the function's result, under torch.compile)."
+        )
+    return found
+
+
+def _default_device() -> torch.device:
+    device = jax.devices()[0]
+    if device.platform == "cpu":
+        return torch.device("cpu")
+    return torch.device("cuda", device.local_hardware_id)
+
+
+@jax_call_op.register_fake
+def _fake(key: str, tensors: list[torch.Tensor], ints: list[int]) -> list[torch.Tensor]:
+    entry = _entries[key]
+    # int() of a symbolic size guards on its value: the graph is specialised per shape.
+    specs = [
+        jax.ShapeDtypeStruct(tuple(int(d) for d in t.shape), _jax_dtype(t.dtype))  # type: ignore[no-untyped-call]
+        for t in tensors
+    ]
+    values = [int(i) for i in ints]
+
+    def fn(*arrays: Any) -> Any:
+        args, kwargs = _call_arguments(entry, iter(arrays), iter(values))
+        return entry.fn(*args, **kwargs)
+
+    structure, leaves = _describe_result(jax.eval_shape(fn, *specs))
+    _record(entry, structure)
+    device = tensors[0].device if tensors else _default_device()
+    return [torch.empty(a.shape, dtype=_torch_dtype(a.dtype), device=device) for a in leaves]
+
+
+def add_entry(fn: Callable[..., Any], args_structure: Any, *, jitted: bool) -> str:
+    """Register ``fn`` for the op under a new key, its positional arguments described by
+    ``args_structure`` (a ``("tuple", ...)`` of :func:`describe`'s form): how the tests
+    call the op directly.
+
+    Example:
+        >>> key = add_entry(lambda x: x, ("tuple", ("T",)), jitted=False)
+        >>> _entries[key].structure
+        ('tuple', (('tuple', ('T',)), ('dict', (), ())))
+    """
+    with _lock:
+        entry = Entry(fn, _as_call(args_structure), jitted)
+        return _new_entry(entry, getattr(fn, "__name__", "fn"))
+
+
+# ----- autograd: the backward is the op again, on the vector-Jacobian product -----
+
+
+def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
+    key, tensors, ints = inputs
+    ctx.key, ctx.ints = key, list(ints)
+    ctx.diff = tuple(is_differentiated(t) for t in tensors)
+    ctx.inexact = tuple(o.is_floating_point() or o.is_complex() for o in output)
+    ctx.save_for_backward(*tensors)
+
+
+def _backward(ctx: Any, grads: list[torch.Tensor | None]) -> tuple[Any, ...]:
+    try:
+        tensors = ctx.saved_tensors
+    except RuntimeError as err:
+        if "inplace operation" in str(err) and hasattr(err, "add_note"):
+            err.add_note(OVERWRITE_NOTE)
+        raise
+    given = tuple(g is not None and inexact for g, inexact in zip(grads, ctx.inexact, strict=True))
+    key = _backward_key(ctx.key, ctx.diff, given, ctx.inexact)
+    cotangents = [
+        compact_cotangent(g) for g, has in zip(grads, given, strict=True) if g is not None and has
+    ]
+    results = iter(jax_call_op(key, [*tensors, *cotangents], ctx.ints))
+    # No gradient for the ints, in the structure torch 2.13 checks: an empty list stays a
+    # list node, a list of ints counts as one leaf.
+    return None, [next(results) if d else None for d in ctx.diff], None if ctx.ints else []
+
+
+def _backward_key(
+    key: str, diff: tuple[bool, ...], given: tuple[bool, ...], inexact: tuple[bool, ...]
+) -> str:
+    """The key of entry ``key``'s vector-Jacobian product for these masks (made once)."""
+    entry = _entries[key]
+    with _lock:
+        found = entry.backwards.get((diff, given))
+        if found is None:
+            vjp = _vjp_function(entry, diff, given, inexact)
+            n_ints = sum(1 for _ in _ints_of(entry.structure))
+            arguments = (
+                ("list", (TENSOR,) * len(diff)),
+                ("list", (TENSOR,) * sum(given)),
+                ("tuple", (INT,) * n_ints),
+            )
+            structure = _as_call(("tuple", arguments))
+            found = _new_entry(Entry(vjp, structure, entry.jitted), f"{key}'")
+            entry.backwards[(diff, given)] = found
+    return found
+
+
+def _ints_of(structure: Any) -> Iterator[None]:
+    if structure == INT:
+        yield None
+    elif structure != TENSOR and structure[0] != "C":
+        for child in structure[-1]:
+            yield from _ints_of(child)
+
+
+def _vjp_function(
+    entry: Entry, diff: tuple[bool, ...], given: tuple[bool, ...], inexact: tuple[bool, ...]
+) -> Callable[..., list[Any]]:
+    """``entry``'s vector-Jacobian product as a JAX function of (its tensors, the given
+    cotangents, its ints): one gradient per differentiated tensor."""
+    positions = [i for i, d in enumerate(diff) if d]
+    kinds = tuple(
+        _vjp.GIVEN if g else _vjp.ZERO if x else _vjp.FLOAT0
+        for g, x in zip(given, inexact, strict=True)
+    )
+
+    def vjp(inputs: list[Any], cotangents: list[Any], ints: tuple[int, ...]) -> list[Any]:
+        def primal(*values: Any) -> list[Any]:
+            arrays = list(inputs)
+            for position, value in zip(positions, values, strict=True):
+                arrays[position] = value
+            args, kwargs = _call_arguments(entry, iter(arrays), iter(ints))
+            _, leaves = _describe_result(entry.fn(*args, **kwargs))
+            return [jnp.asarray(leaf) for leaf in leaves]
+
+        outs, pullback = jax.vjp(primal, *(inputs[p] for p in positions))
+        avals = tuple((tuple(o.shape), o.dtype) for o in outs)
+        return _vjp.gradients(pullback(_vjp.cotangents(avals, kinds, cotangents)))
+
+    return jax.jit(vjp, static_argnums=2) if entry.jitted else vjp
+
+
+jax_call_op.register_autograd(_backward, setup_context=_setup_context)

@@ -1,0 +1,149 @@
+"""``jax_call``: a JAX function for torch callers, zero-copy both ways, differentiable, and
+compiled whole by ``torch.compile``.
+
+Three paths, chosen per call:
+
+- no gradient needed (grad mode off, or no input requires grad): hand the tensors over
+  with ``to_jax``, call the function, hand the results back with ``to_torch``;
+- a gradient needed: one autograd node (``_autograd.py``) whose backward is JAX's
+  vector-Jacobian product (``_vjp.py``);
+- while ``torch.compile`` traces: the custom op ``functional_ws::jax_call``
+  (``_custom_op.py``), so that the compiled graph holds the call whole.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import torch
+
+from . import _custom_op, _dlpack
+from ._autograd import call_differentiably, is_differentiated
+from ._compile import run_eagerly
+from ._errors import FunctionNotCallableError
+from ._jax import to_jax, to_torch
+from ._vjp import Plan
+
+_is_compiling = torch.compiler.is_compiling
+
+
+def _to_jax_leaf(leaf: Any) -> Any:
+    if isinstance(leaf, torch.Tensor):
+        return to_jax(leaf.detach() if leaf.requires_grad else leaf)  # grad mode is off
+    return leaf
+
+
+def _to_torch_leaf(leaf: Any) -> Any:
+    return to_torch(leaf) if _dlpack.is_array_impl(leaf) else leaf
+
+
+class Caller:
+    """What a ``jax_call`` wrapper holds: the function, whether it is jitted, its plans."""
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        self.fn = fn
+        self.jitted = callable(getattr(fn, "lower", None))  # jax.jit's wrappers have .lower
+        self.plans: dict[Any, Plan] = {}
+
+    def __call__(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        leaves, treedef = jax.tree_util.tree_flatten((args, kwargs))
+        if torch.is_grad_enabled() and any(map(is_differentiated, leaves)):
+            return call_differentiably(self.fn, self.jitted, self.plans, leaves, treedef)
+        jax_args, jax_kwargs = jax.tree_util.tree_unflatten(treedef, map(_to_jax_leaf, leaves))
+        return jax.tree_util.tree_map(_to_torch_leaf, self.fn(*jax_args, **jax_kwargs))
+
+
+run_eagerly(Caller.__call__, _custom_op.EAGER_ADVICE)  # type: ignore[arg-type]
+
+
+def jax_call(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Wrap a JAX function so it takes and returns torch tensors: zero-copy both ways,
+    differentiable by torch's autograd, and compiled whole by ``torch.compile``.
+
+    Torch tensors anywhere in the arguments (pytrees: tuples, lists, dicts) go through
+    :func:`to_jax`; JAX arrays anywhere in the result come back through :func:`to_torch`.
+    Other leaves (Python numbers, strings, JAX arrays) are passed as they are. When
+    differentiating, Python numbers and strings are static, as ``static_argnums`` makes
+    them in ``jax.jit``: each new value traces anew, so pass a value that changes from
+    call to call (a step count, a learning rate) as a tensor.
+
+    Gradients: when grad mode is on and a floating or complex input requires grad, every
+    floating or complex result requires grad and ``backward()`` fills the inputs'
+    gradients through JAX's vector-Jacobian product (``jax.vjp``); integer and bool inputs
+    and results are not differentiated and never stop a backward. Cotangents go to JAX and
+    gradients come back through the same handoff, zero-copy (a broadcast cotangent, as
+    ``.sum()``'s backward makes, is handed over compact and broadcast inside JAX). For a
+    jitted ``fn`` the forward and the backward are each one cached jitted call; an
+    unjitted ``fn`` runs eagerly (``jax.vjp`` per call, much slower). Gradients of
+    gradients (``create_graph=True``) work to any order. Complex gradients follow torch's
+    convention (conjugate Wirtinger).
+
+    What the backward reads: the inputs and the results JAX's backward needs are kept as
+    torch keeps its own (``save_for_backward``, no copy). Overwriting one of them in place
+    before the backward (or any view of the same buffer: workspace views of one buffer
+    share torch's version counter) makes the backward raise torch's usual "modified by an
+    inplace operation" ``RuntimeError``, never a gradient from the new bytes. To reuse a
+    workspace region before the backward, pass the call a copy (``view.clone()``).
+
+    Ordering: once the call returns, torch may overwrite the input regions (the next
+    ``get_simultaneous`` hands them out again) without changing the result: every result
+    comes back through :func:`to_torch`, which on CPU waits until it is ready and on CUDA
+    makes the current torch stream wait for it on the device (no host sync). Inputs are
+    ordered after the work queued on the current torch stream. Limits, as before: a result
+    that *is* an input (an unjitted function returning its argument) aliases it, as in
+    torch; work whose result is dropped is not waited for (it cannot change the result).
+
+    ``torch.compile``: the call becomes the custom op ``functional_ws::jax_call`` (its
+    shapes from ``jax.eval_shape``, its backward the op again on ``jax.vjp``, which
+    recomputes the forward), so ``fullgraph=True`` works. Graphs are specialised per input
+    shape, as JAX compiles per shape: pad to a few bucket sizes to bound recompilation.
+    Arguments that cannot go through the op (JAX or NumPy arrays, custom pytree nodes) run
+    the call eagerly at a graph break (an error under ``fullgraph=True``, saying so).
+
+    Args:
+        fn: a function of JAX arrays (jitted or not) returning a pytree of arrays.
+
+    Returns:
+        A function taking torch tensors (and any other leaves, passed through) and returning
+        the same pytree structure with torch tensors in place of arrays.
+
+    Raises:
+        FunctionNotCallableError: (a ``TypeError``) ``fn`` is not callable; raised at once.
+        HandoffError: at call time, from :func:`to_jax` / :func:`to_torch` for an input or
+            output that cannot be aliased (see those functions).
+
+    Example:
+        >>> import torch, jax, jax.numpy as jnp, interop
+        >>> double = interop.jax_call(jax.jit(lambda x: x * 2))
+        >>> x = torch.ones(3)
+        >>> y = double(x)
+        >>> x.fill_(5.0)  # reuse the input region at once: the result does not change
+        tensor([5., 5., 5.])
+        >>> y
+        tensor([2., 2., 2.])
+        >>> w = torch.tensor([1.0, 2.0], requires_grad=True)
+        >>> interop.jax_call(jax.jit(lambda v: jnp.sum(v**3)))(w).backward()
+        >>> w.grad
+        tensor([ 3., 12.])
+        >>> interop.jax_call(3)
+        Traceback (most recent call last):
+        ...
+        interop.FunctionNotCallableError: jax_call: fn must be a callable JAX function, got 3 (int)
+    """
+    if not callable(fn):
+        raise FunctionNotCallableError(
+            f"jax_call: fn must be a callable JAX function, got {fn!r} ({type(fn).__name__})"
+        )
+    caller = Caller(fn)
+    key = _custom_op.register(caller, getattr(fn, "__name__", type(fn).__name__))
+
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        if _is_compiling():
+            return _custom_op.traced_call(key, args, kwargs)
+        return caller(args, kwargs)
+
+    return call

@@ -1,0 +1,248 @@
+"""The JAX side of a differentiable ``jax_call``: a forward that keeps JAX's residuals, a
+backward that consumes them, and the vector-Jacobian product as a JAX function of its own.
+
+No torch here: the torch side (``_autograd.py``) hands arrays in and decides what each leaf
+of a call is. A :class:`Plan` serves every call of one :class:`Signature` (the call's
+pytree, which leaves are differentiated, the static leaves' values). For a jitted function
+the plan's forward and backward are jitted too, so each costs one cached dispatch, where
+``jax.vjp`` per call would trace the function again (about 1.4 ms against 45 µs for a small
+layer, measured on the CPU).
+
+Residuals. ``jax.vjp`` keeps what the backward needs: some of it is the inputs or outputs
+themselves. Under ``jit`` those would come back as copies (XLA never returns a parameter's
+buffer without donation), so the forward returns only the other residuals and records,
+for each residual, where it comes from (:data:`KEPT`, :data:`INPUT`, :data:`OUTPUT`). The
+torch side saves the inputs and outputs with ``save_for_backward`` and hands them back in
+the backward: torch's version counter then refuses an input overwritten in between,
+instead of a gradient computed from the new bytes.
+
+Complex numbers: torch's gradients are the conjugates of JAX's cotangents (torch follows
+the conjugate Wirtinger convention), so cotangents are conjugated going in and gradients
+coming out.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+#: A leaf's kind in a call: differentiated, another array, or a static value.
+DIFF, ARRAY, STATIC = 0, 1, 2
+#: Where a residual comes from: kept by the forward, an input, an output.
+KEPT, INPUT, OUTPUT = 0, 1, 2
+#: A cotangent's kind: given by torch, zero (torch gave none), float0 (an integer output).
+GIVEN, ZERO, FLOAT0 = 0, 1, 2
+
+#: What counts as an array among a call's leaves and a function's results.
+ARRAY_TYPES = (jax.Array, np.ndarray, np.generic)
+
+
+@dataclasses.dataclass(frozen=True)
+class Signature:
+    """How one call's leaves become the function's arguments.
+
+    ``treedef`` is the pytree of ``(args, kwargs)``; ``kinds`` gives each leaf's kind
+    (:data:`DIFF`, :data:`ARRAY`, :data:`STATIC`); ``statics`` the static leaves in order.
+    """
+
+    treedef: Any
+    kinds: tuple[int, ...]
+    statics: tuple[Any, ...]
+
+    def arguments(self, diff: Sequence[Any], arrays: Sequence[Any]) -> Any:
+        """``(args, kwargs)`` with the given differentiated and other arrays in place."""
+        d, a, s = iter(diff), iter(arrays), iter(self.statics)
+        sources = (d, a, s)
+        leaves = [next(sources[kind]) for kind in self.kinds]
+        return jax.tree_util.tree_unflatten(self.treedef, leaves)
+
+
+@dataclasses.dataclass(frozen=True)
+class Outputs:
+    """The function's result, without its arrays: its pytree, which leaves are arrays, the
+    other leaves, and each array's shape and dtype."""
+
+    treedef: Any
+    is_array: tuple[bool, ...]
+    statics: tuple[Any, ...]
+    avals: tuple[tuple[tuple[int, ...], Any], ...]
+
+    def rebuild(self, arrays: Sequence[Any]) -> Any:
+        """The result with ``arrays`` (torch tensors, say) in the array leaves."""
+        a, s = iter(arrays), iter(self.statics)
+        leaves = [next(a) if is_array else next(s) for is_array in self.is_array]
+        return jax.tree_util.tree_unflatten(self.treedef, leaves)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)  # one per trace: compared by identity, cheaply
+class ResidualInfo:
+    """What a forward's residuals are: the VJP's pytree, each leaf's source (``(KEPT, k)``,
+    ``(INPUT, i)``, ``(OUTPUT, j)``) and the forward's :class:`Outputs`."""
+
+    treedef: Any
+    where: tuple[tuple[int, int], ...]
+    outputs: Outputs
+
+
+@dataclasses.dataclass
+class Residuals:
+    """The residuals a forward kept (a pytree: its leaves are ``kept``)."""
+
+    kept: list[Any]
+    info: ResidualInfo
+
+
+jax.tree_util.register_pytree_node(
+    Residuals,
+    lambda r: (r.kept, r.info),
+    lambda info, kept: Residuals(list(kept), info),
+)
+
+
+def _as_array(value: Any) -> Any:
+    """A JAX array as it is (so a residual that is this result is known by identity), any
+    other array converted."""
+    return value if isinstance(value, jax.Array) else jnp.asarray(value)
+
+
+def _index_of(value: Any, candidates: Sequence[Any]) -> int:
+    for i, candidate in enumerate(candidates):
+        if value is candidate:
+            return i
+    return -1
+
+
+def cotangents(
+    avals: Sequence[tuple[tuple[int, ...], Any]], kinds: Sequence[int], given: Sequence[Any]
+) -> list[Any]:
+    """One cotangent per array output (of the given shapes and dtypes), in JAX's
+    convention: torch's conjugated, zeros where torch gave none (:data:`ZERO`), float0 for
+    integer outputs (:data:`FLOAT0`); a compact cotangent is broadcast to its shape.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> avals = [((2,), jnp.float32), ((2,), jnp.int32)]
+        >>> given, zero = cotangents(avals, [GIVEN, FLOAT0], [jnp.ones(1)])
+        >>> given, zero.dtype == jax.dtypes.float0
+        (Array([1., 1.], dtype=float32), True)
+    """
+    given_iter = iter(given)
+    full: list[Any] = []
+    for (shape, dtype), kind in zip(avals, kinds, strict=True):
+        if kind == FLOAT0:
+            full.append(np.zeros(shape, jax.dtypes.float0))
+        elif kind == ZERO:
+            full.append(jnp.zeros(shape, dtype))
+        else:
+            ct = next(given_iter)
+            if ct.shape != shape:  # a broadcast cotangent handed over compact
+                ct = jnp.broadcast_to(ct, shape)
+            full.append(jnp.conj(ct) if jnp.iscomplexobj(ct) else ct)
+    return full
+
+
+def gradients(grads: Sequence[Any]) -> list[Any]:
+    """JAX's cotangents of the inputs as torch's gradients (complex ones conjugated)."""
+    return [jnp.conj(g) if jnp.iscomplexobj(g) else g for g in grads]
+
+
+class Plan:
+    """The forward and backward of every call of one :class:`Signature` of ``fn``.
+
+    Args:
+        fn: the user's JAX function.
+        signature: how a call's leaves become its arguments.
+        jitted: whether ``fn`` is jitted; then the forward and backward are jitted too
+            (they trace ``fn`` once per shape, as ``fn`` itself does). Otherwise they run
+            eagerly, so a function that ``jit`` cannot trace still works (slower).
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> leaves, treedef = jax.tree_util.tree_flatten(((jnp.ones(3),), {}))
+        >>> plan = Plan(jnp.sin, Signature(treedef, (DIFF,), ()), jitted=False)
+        >>> outs, residuals = plan.forward([jnp.zeros(3)], [])
+        >>> plan.backward(residuals.info, (GIVEN,))(residuals.kept, [jnp.ones(3)])
+        [Array([1., 1., 1.], dtype=float32)]
+    """
+
+    def __init__(self, fn: Callable[..., Any], signature: Signature, *, jitted: bool) -> None:
+        self.fn = fn
+        self.signature = signature
+        self.jitted = jitted
+        self.forward: Callable[[list[Any], list[Any]], tuple[list[Any], Residuals]] = (
+            jax.jit(self._forward) if jitted else self._forward
+        )
+        self._backwards: dict[tuple[ResidualInfo, tuple[int, ...]], Callable[..., Any]] = {}
+        self.vjp = jax.jit(self._vjp) if jitted else self._vjp
+        #: The plans of ``vjp``'s own calls (gradients of gradients), by signature.
+        self.vjp_plans: dict[Any, Plan] = {}
+
+    def _primal(self, arrays: Sequence[Any], box: list[Outputs]) -> Callable[..., list[Any]]:
+        """``fn`` as a function of the differentiated arrays, returning its array leaves
+        (a list) and recording its :class:`Outputs` in ``box``."""
+
+        def primal(*diff: Any) -> list[Any]:
+            args, kwargs = self.signature.arguments(diff, arrays)
+            leaves, treedef = jax.tree_util.tree_flatten(self.fn(*args, **kwargs))
+            is_array = tuple(isinstance(leaf, ARRAY_TYPES) for leaf in leaves)
+            found = [_as_array(leaf) for leaf, a in zip(leaves, is_array, strict=True) if a]
+            statics = tuple(leaf for leaf, a in zip(leaves, is_array, strict=True) if not a)
+            avals = tuple((tuple(x.shape), x.dtype) for x in found)
+            box.append(Outputs(treedef, is_array, statics, avals))
+            return found
+
+        return primal
+
+    def _forward(self, diff: list[Any], arrays: list[Any]) -> tuple[list[Any], Residuals]:
+        box: list[Outputs] = []
+        outs, vjp = jax.vjp(self._primal(arrays, box), *diff)
+        leaves, treedef = jax.tree_util.tree_flatten(vjp)
+        inputs = [*diff, *arrays]
+        where: list[tuple[int, int]] = []
+        kept: list[Any] = []
+        for leaf in leaves:
+            if (i := _index_of(leaf, inputs)) >= 0:
+                where.append((INPUT, i))
+            elif (j := _index_of(leaf, outs)) >= 0:
+                where.append((OUTPUT, j))
+            else:
+                where.append((KEPT, len(kept)))
+                kept.append(leaf)
+        return outs, Residuals(kept, ResidualInfo(treedef, tuple(where), box[0]))
+
+    def backward(
+        self, info: ResidualInfo, kinds: tuple[int, ...]
+    ) -> Callable[[list[Any], list[Any]], list[Any]]:
+        """The backward of a forward whose residuals ``info`` describes, for cotangents of
+        the given kinds: a function of (the VJP's leaves, the given cotangents) returning
+        one gradient per differentiated input."""
+        key = (info, kinds)
+        backward = self._backwards.get(key)
+        if backward is None:
+
+            def backward(leaves: list[Any], given: list[Any]) -> list[Any]:
+                vjp = jax.tree_util.tree_unflatten(info.treedef, leaves)
+                return gradients(vjp(cotangents(info.outputs.avals, kinds, given)))
+
+            if self.jitted:
+                backward = jax.jit(backward)
+                self._backwards[key] = backward  # eager plans trace anew each call
+        return backward
+
+    def _vjp(self, diff: list[Any], arrays: list[Any], torch_cts: list[Any]) -> list[Any]:
+        """The gradients as a JAX function of the inputs and of torch's cotangents (``None``
+        where torch gave none): the backward that can itself be differentiated."""
+        box: list[Outputs] = []
+        _, vjp = jax.vjp(self._primal(arrays, box), *diff)
+        outputs = box[0]
+        kinds = tuple(
+            GIVEN if ct is not None else ZERO if jnp.issubdtype(dtype, jnp.inexact) else FLOAT0
+            for ct, (_, dtype) in zip(torch_cts, outputs.avals, strict=True)
+        )
+        given = [ct for ct in torch_cts if ct is not None]
+        return gradients(vjp(cotangents(outputs.avals, kinds, given)))

@@ -1,0 +1,141 @@
+"""``torch.compile`` around code that calls ``jax_call``, ``to_jax`` and ``to_torch``.
+
+Default mode, in the eager, aot_eager and inductor backends: the eager results, forward and
+gradients, with ``jax_call`` inside the graph as the custom op ``functional_ws::jax_call``.
+``fullgraph=True``: a loss calling a ``jax_call`` layer compiles whole (static and dynamic
+shapes); what cannot be in a graph is refused with advice naming what to do. Few, small
+compiles: inductor's are slow (see the durations ``pytest --durations`` reports).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import pytest
+import torch
+
+import interop
+from interop._custom_op import EAGER_ADVICE
+from interop._jax import HANDOFF_ADVICE
+
+OP = torch.ops.functional_ws.jax_call.default
+
+
+@jax.jit
+def _layer(params, x, index, scale):
+    hidden = jnp.tanh(x @ params["w"] + params["b"])
+    return hidden[index] * scale, jnp.argmax(hidden, axis=1)
+
+
+layer = interop.jax_call(_layer)
+
+
+def loss(w, b, x, index):
+    routed, top = layer({"w": w, "b": b}, x * 2, index, 3)
+    return (routed**2).sum() + top.sum()
+
+
+def handoff(x):
+    a = interop.to_jax(x * 2)
+    return interop.to_torch(jnp.sin(a) * 2) + 1
+
+
+def _inputs(n: int):
+    generator = torch.Generator().manual_seed(n)
+    w = torch.randn(4, 3, generator=generator)
+    b = torch.randn(3, generator=generator)
+    x = torch.randn(n, 4, generator=generator)
+    index = torch.arange(n - 1, -1, -2, dtype=torch.int32)
+    return w, b, x, index
+
+
+def _loss_and_grads(fn, n: int):
+    w, b, x, index = _inputs(n)
+    leaves = [t.clone().requires_grad_() for t in (w, b, x)]
+    value = fn(*leaves, index)
+    value.backward()
+    return value.detach(), [t.grad for t in leaves]
+
+
+class _Recorder:
+    """A backend that records the graphs' call targets, then hands them to ``backend``."""
+
+    def __init__(self, backend: str) -> None:
+        self.backend = backend
+        self.targets: list[object] = []
+
+    def __call__(self, gm: torch.fx.GraphModule, inputs: list[object]):
+        self.targets += [node.target for node in gm.graph.nodes]
+        return torch._dynamo.lookup_backend(self.backend)(gm, inputs)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager", "inductor"])
+def test_default_mode_gives_the_eager_results(backend):
+    recorder = _Recorder(backend)
+    compiled = torch.compile(loss, backend=recorder)
+    for n in (5, 6):  # a new shape: a new specialised graph
+        got, got_grads = _loss_and_grads(compiled, n)
+        want, want_grads = _loss_and_grads(loss, n)
+        assert torch.allclose(got, want, rtol=1e-5)
+        for g, w in zip(got_grads, want_grads, strict=True):
+            assert torch.allclose(g, w, rtol=1e-5, atol=1e-6)
+    assert OP in recorder.targets  # the call is in the graph, not at a graph break
+    x = torch.linspace(-1, 1, 5)
+    assert torch.allclose(torch.compile(handoff, backend=backend)(x), handoff(x))
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_fullgraph_compiles_the_loss_whole(backend):
+    compiled = torch.compile(loss, backend=backend, fullgraph=True)
+    got, got_grads = _loss_and_grads(compiled, 6)
+    want, want_grads = _loss_and_grads(loss, 6)
+    assert torch.allclose(got, want, rtol=1e-5)
+    assert all(torch.allclose(g, w, atol=1e-6) for g, w in zip(got_grads, want_grads, strict=True))
+
+
+def test_fullgraph_with_dynamic_shapes_specialises_and_works():
+    recorder = _Recorder("aot_eager")
+    compiled = torch.compile(loss, backend=recorder, fullgraph=True, dynamic=True)
+    for n in (5, 7):
+        got, got_grads = _loss_and_grads(compiled, n)
+        want, want_grads = _loss_and_grads(loss, n)
+        assert torch.allclose(got, want, rtol=1e-5)
+        assert all(
+            torch.allclose(g, w, atol=1e-6) for g, w in zip(got_grads, want_grads, strict=True)
+        )
+    assert recorder.targets.count(OP) == 2  # one graph per shape
+
+
+def test_fullgraph_refuses_a_jax_array_argument_with_advice():
+    w, b, x, index = _inputs(5)
+    compiled = torch.compile(
+        lambda w, x: layer({"w": w, "b": b}, x, index, 3)[0], backend="eager", fullgraph=True
+    )
+    with pytest.raises(RuntimeError) as caught:
+        compiled(w, jnp.asarray(x.numpy()))
+    assert EAGER_ADVICE in str(caught.value)
+
+
+def test_fullgraph_refuses_the_bare_handoff_with_advice():
+    compiled = torch.compile(handoff, backend="eager", fullgraph=True)
+    with pytest.raises(RuntimeError) as caught:
+        compiled(torch.ones(3))
+    assert HANDOFF_ADVICE in str(caught.value)
+
+
+def test_default_mode_runs_a_jax_array_argument_eagerly():
+    w, b, x, index = _inputs(5)
+    w.requires_grad_()
+    compiled = torch.compile(lambda w, x: layer({"w": w, "b": b}, x, index, 3)[0].sum(),
+                             backend="eager")  # fmt: skip
+    compiled(w, jnp.asarray(x.numpy())).backward()
+    want = w.detach().clone().requires_grad_()
+    layer({"w": want, "b": b}, x, index, 3)[0].sum().backward()
+    assert torch.allclose(w.grad, want.grad)
