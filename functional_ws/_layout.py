@@ -7,6 +7,7 @@ from collections.abc import Hashable
 
 import jax
 
+from ._presenters import Presented
 from ._spec import ViewSpec
 from ._state import Slot
 
@@ -15,8 +16,10 @@ Growth = tuple[tuple[Slot, int], ...]
 
 
 @dataclasses.dataclass(frozen=True)
-class Layout:
+class Layout(Presented):
     """The plan for one :func:`functional_ws.acquire` call.
+
+    ``print(layout)`` (and a notebook's display) lists the views with their offsets and sizes.
 
     Attributes:
         slot: the ``(ubatch, lane)`` the views come from.
@@ -38,6 +41,8 @@ class Layout:
     alignment: int
     growth: Growth = ()
 
+    _repr_pretty_ = Presented._repr_pretty_  # IPython reads it from the class itself
+
     @property
     def nbytes(self) -> tuple[int, ...]:
         """Exact bytes of each view (without alignment padding)."""
@@ -58,8 +63,10 @@ class Layout:
 
 
 @dataclasses.dataclass(frozen=True)
-class Span:
+class Span(Presented):
     """The plan for one :func:`functional_ws.retain` call: a span at the slot's end.
+
+    ``print(span)`` (and a notebook's display) gives its key, view, offset and size.
 
     Attributes:
         slot: the ``(ubatch, lane)``.
@@ -79,6 +86,8 @@ class Span:
     offset: int
     alignment: int
     growth: Growth = ()
+
+    _repr_pretty_ = Presented._repr_pretty_  # IPython reads it from the class itself
 
     @property
     def nbytes(self) -> int:

@@ -73,20 +73,6 @@ def test_plot_draws_one_bar_per_slot_to_scale():
     assert "unlocked" in ax.get_title()
 
 
-def test_diff_explains_changes():
-    s, _, _ = _scene()
-    after, _ = fws.acquire(fws.lock(s), (0, 0), ((1600,), U8))
-    text = str(fws.diff(s, after))
-    assert text.splitlines() == [
-        "workspace: locked False → True",
-        "slot (0, 0): high_water 512 → 1792",
-        "slot (0, 0): retained ('kv', 1536) → None",
-    ]
-    assert str(fws.diff(s, s)) == "no differences" and len(fws.diff(s, s)) == 0
-    keyed = fws.claim(s, (1, 0), "w")[0]
-    assert str(fws.diff(s, keyed)) == "slot (1, 0): persistent_keys +'w'"
-
-
 def _lab(colour):
     """CIE L*a*b* of a ``#rrggbb`` colour (D65), for perceptual distances."""
     rgb = [int(colour[i : i + 2], 16) / 255 for i in (1, 3, 5)]

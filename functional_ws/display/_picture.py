@@ -44,6 +44,11 @@ KNOWN_DTYPES = {
 }
 
 
+def dtype_name(dtype: Any) -> str:
+    """A dtype's name without a ``torch.`` prefix (``torch.float32`` and numpy's agree)."""
+    return str(dtype).removeprefix("torch.")
+
+
 def dtype_colour(dtype: Any) -> str:
     """A stable colour per dtype (the same in every process); ``torch.`` prefixes ignored.
 
