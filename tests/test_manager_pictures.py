@@ -23,7 +23,8 @@ def test_last_layouts_and_spans_feed_the_pictures():
     assert ws.last_layouts[(0, 0)].offsets == (0, 256)
     assert ws.last_spans[(0, 0)].offset == 1536 and (1, 0) not in ws.last_spans
     html = ws._repr_html_()
-    assert "torch.float16[100] @0" in html and "torch.int32[3] @256" in html
+    assert 'title="float16[100]: 200 B at offset 0 B' in html
+    assert 'title="int32[3]: 12 B at offset 256 B' in html
     assert "(intact)" in html
     ws.get_simultaneous(((1600,), torch.uint8))  # reaches into the tail
     assert "(clobbered)" in ws._repr_html_()
