@@ -18,7 +18,8 @@ CORE_NAMES = {
 }  # fmt: skip
 DISPLAY_NAMES = {
     "COLOURS", "Segment", "SlotPicture", "counted", "dtype_colour", "exact_bytes",
-    "format_bytes", "plot", "render", "render_html", "slot_pictures",
+    "format_bytes", "plot", "plot_timeline", "render", "render_html", "slot_pictures",
+    "timeline_html",
 }  # fmt: skip
 REPLAY_NAMES = {"fit", "replay_acquire", "replay_retain"}
 TESTING_NAMES = {

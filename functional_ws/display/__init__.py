@@ -31,6 +31,8 @@ from ._text import counted as counted
 from ._text import exact_bytes as exact_bytes
 from ._text import format_bytes as format_bytes
 from ._text import render as render
+from ._timeline import plot_timeline as plot_timeline
+from ._timeline import timeline_html as timeline_html
 from ._values import (
     change_text,
     diff_html,
@@ -60,7 +62,9 @@ __all__ = [
     "exact_bytes",
     "format_bytes",
     "plot",
+    "plot_timeline",
     "render",
     "render_html",
     "slot_pictures",
+    "timeline_html",
 ]
