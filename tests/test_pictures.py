@@ -172,7 +172,7 @@ def test_plot_widens_tiny_views_and_keeps_them_in_order():
     views = [p for p in views if matplotlib.colors.to_hex(p.get_facecolor()) in
              {dtype_colour("float32").lower(), dtype_colour("int32").lower()}]  # fmt: skip
     widths = [p.get_width() for p in views]
-    assert len(widths) == 6 and min(widths) >= 0.006 * s.capacity((0, 0)) * 0.999
+    assert len(widths) == 6 and min(widths) >= 0.01 * s.capacity((0, 0)) * 0.999
     lefts = [p.get_x() for p in views]
     assert lefts == sorted(lefts)
 

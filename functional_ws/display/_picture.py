@@ -295,7 +295,7 @@ def place(picture: SlotPicture, width: float, min_view: float) -> Placement:
         if seg.over:
             spans[i] = (_position(points, seg.start, last=True), _position(points, seg.end))
     return Placement(
-        x,
+        width if picture.capacity else x,  # the sum of the steps, without its rounding
         tuple(spans[i] for i in range(len(picture.segments))),
         _position(points, min(picture.high_water, picture.capacity)),
     )

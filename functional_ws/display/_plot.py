@@ -15,8 +15,8 @@ from ._text import describe_state, format_bytes
 #: What the picture marks besides byte ranges, for the legend.
 HIGH_WATER = "high water: the largest request"
 CAPACITY = "capacity: the figure at each bar's end"
-#: The narrowest a view is drawn, as a fraction of the widest bar (4 px of a 700 px axis).
-MIN_VIEW_FRACTION = 0.006
+#: The narrowest a view is drawn, as a fraction of the widest bar (7 px of a 700 px axis).
+MIN_VIEW_FRACTION = 0.01
 #: Width of one character of a 7-point label, in points, with some slack.
 _CHAR_POINTS = 4.6
 
@@ -93,7 +93,10 @@ def plot(
     ax.xaxis.set_major_locator(MultipleLocator(2 ** max(0, (int(longest) // 5 - 1).bit_length())))
     ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: format_bytes(int(x))))
     ax.set_xlim(0, longest * 1.14)  # the axis starts at 0 B; room for the capacities
-    ax.set_xlabel("offset from the slot's base (views narrower than 0.6% of the axis widened)")
+    ax.set_xlabel(
+        f"offset from the slot's base (views narrower than {MIN_VIEW_FRACTION:.0%} of the "
+        "axis widened)"
+    )
     ax.set_title(f"{', '.join([title + ': ' + describe_state(state), *details])}", fontsize=9)
     handles: list[Any] = [
         Patch(color=key.colour, label=f"view: {key.dtype}" if key.dtype else key.meaning)
