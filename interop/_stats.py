@@ -101,21 +101,23 @@ _COLUMNS = ("slot", "capacity", "high water", "growths", "pinned", "pinned buffe
 def _table(slots: Any, total: WorkspaceStats | None) -> str:
     """The slots as an HTML table, sizes in binary units (exact bytes on hover)."""
 
+    pad = "padding:1px 8px"
+
     def size(n: int) -> str:
-        return f'<td style="text-align:right" title="{exact_bytes(n)}">{format_bytes(n)}</td>'
+        return f'<td style="{pad};text-align:right" title="{exact_bytes(n)}">{format_bytes(n)}</td>'
 
     def count(n: int) -> str:
-        return f'<td style="text-align:right">{n}</td>'
+        return f'<td style="{pad};text-align:right">{n}</td>'
 
     rows = [
-        f"<tr><td>{escape(str(s.slot))}</td>{size(s.capacity)}{size(s.high_water)}"
-        f"{count(s.growths)}{size(s.pinned_bytes)}{count(s.pinned_buffers)}"
-        f"<td>{escape(s.allocator)}</td></tr>"
+        f'<tr><td style="{pad}">{escape(str(s.slot))}</td>{size(s.capacity)}'
+        f"{size(s.high_water)}{count(s.growths)}{size(s.pinned_bytes)}"
+        f'{count(s.pinned_buffers)}<td style="{pad}">{escape(s.allocator)}</td></tr>'
         for s in slots
     ]
     if total is not None and len(total.slots) > 1:
         rows.append(
-            f"<tr><td><i>all</i></td>{size(total.capacity)}<td></td><td></td>"
+            f'<tr><td style="{pad}"><i>all</i></td>{size(total.capacity)}<td></td><td></td>'
             f"{size(total.pinned_bytes)}<td></td><td></td></tr>"
         )
     head = "".join(f'<th style="padding:1px 8px">{c}</th>' for c in _COLUMNS)

@@ -234,3 +234,12 @@ def test_views_never_look_like_the_tail_free_space_or_padding():
             assert _distance(view, fixed) > 25, (view, kind, fixed)  # clearly different hues
     for a, b in itertools.combinations(COLOURS.values(), 2):
         assert _distance(a, b) > 25
+
+
+def test_html_bands_carry_no_label_only_hover_text():
+    s, _, span = core_scene()
+    s2, big = fws.acquire(s, (0, 0), ((1600,), U8))  # reaches into the span
+    html = fws.render_html(s2, {(0, 0): big}, {(0, 0): span})
+    (band,) = re.findall(r'<div class="fws-seg fws-clobbered fws-band"[^>]*>(.*?)</div>', html)
+    assert band == ""
+    assert 'fws-band" data-start="1536" data-end="1792" title="retained &#x27;kv&#x27;' in html

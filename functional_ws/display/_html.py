@@ -129,7 +129,9 @@ def _row(p: SlotPicture, width: float) -> str:
 
 def _segment(seg: Segment, x0: float, x1: float) -> str:
     width = x1 - x0
-    label = next((t for t in seg.short if len(t) * _CHAR_PX + 6 <= width), "")
+    # A band is too low for a line of text: its words are in the hover text only.
+    fits = () if seg.over else seg.short
+    label = next((t for t in fits if len(t) * _CHAR_PX + 6 <= width), "")
     dark = " fws-dark" if seg.kind in _LIGHT else ""
     text = f'<span class="fws-label{dark}">{escape(label)}</span>' if label else ""
     classes = f"fws-seg fws-{seg.kind}" + (" fws-band" if seg.over else "")
