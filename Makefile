@@ -8,7 +8,7 @@ BENCHMARKS := $(wildcard benchmarks/bench_hot_path.py benchmarks/bench_handoff.p
 	benchmarks/bench_workloads.py)
 BENCH_ARGS ?=
 
-.PHONY: demo picture test lint typecheck pytest bench clean
+.PHONY: demo picture notebooks test lint typecheck pytest bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -23,6 +23,10 @@ demo: $(STAMP)
 # The README's picture: the demo on the CPU; tests/test_demo.py checks it is current.
 picture: $(STAMP)
 	JAX_PLATFORMS=cpu $(PY) -m interop --device cpu --png docs/layout.png
+
+# Execute the notebooks as the tests do and write their outputs back (no timings).
+notebooks: $(STAMP)
+	$(PY) tests/_notebook_runner.py notebooks/*.ipynb
 
 lint: $(STAMP)
 	$(PY) -m ruff check .
