@@ -212,9 +212,8 @@ def _gap(kind: SegmentKind, start: int, end: int) -> list[Segment]:
     """A range of a fixed kind, or nothing when it is empty."""
     if end <= start:
         return []
-    word = {"requested": "requested", "free": "free", "padding": "padding"}[kind]
     detail = f"{MEANINGS[kind]}: {exact_bytes(end - start)} (bytes {start:,} to {end:,})"
-    return [Segment(kind, start, end, word, COLOURS[kind], "", detail, (word,))]
+    return [Segment(kind, start, end, kind, COLOURS[kind], "", detail, (kind,))]
 
 
 def _tail_segment(

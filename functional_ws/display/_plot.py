@@ -48,7 +48,9 @@ def plot(
     Returns:
         The matplotlib ``Figure`` (save it with ``fig.savefig("layout.png")``). A new
         figure is not left on pyplot's list of figures: as a notebook cell's last line it
-        shows once.
+        shows once, and ``plt.show()`` does not show it again. For a window from a script,
+        draw into axes of your own: ``fig, ax = plt.subplots(); plot(..., ax=ax);
+        plt.show()``.
 
     Raises:
         ImportError: matplotlib is not installed (``pip install 'functional-ws[plot]'``).
