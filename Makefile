@@ -16,7 +16,7 @@ VENV312 := .venv-py312
 NEWEST_JAX_TESTS := tests/test_jax_*.py tests/test_handoff_*.py tests/test_vjp.py \
 	tests/test_autograd.py tests/test_custom_op.py tests/test_private.py
 
-.PHONY: demo picture test lint typecheck pytest bench clean test-newest-jax
+.PHONY: demo picture notebooks test lint typecheck pytest bench clean test-newest-jax
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -31,6 +31,10 @@ demo: $(STAMP)
 # The README's picture: the demo on the CPU; tests/test_demo.py checks it is current.
 picture: $(STAMP)
 	JAX_PLATFORMS=cpu $(PY) -m interop --device cpu --png docs/layout.png
+
+# Execute the notebooks as the tests do and write their outputs back (no timings).
+notebooks: $(STAMP)
+	$(PY) tests/_notebook_runner.py notebooks/*.ipynb
 
 lint: $(STAMP)
 	$(PY) -m ruff check .

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from ._presenters import Presented
 from ._state import Slot, SlotState, WorkspaceState
 
 #: Every workspace-wide field (all but the slots), so two unequal states never diff as equal.
@@ -13,38 +14,32 @@ _SLOT_FIELDS = tuple(f.name for f in dataclasses.fields(SlotState))
 
 
 @dataclasses.dataclass(frozen=True)
-class Change:
-    """One difference: ``slot`` is ``None`` for workspace-wide fields."""
+class Change(Presented):
+    """One difference: ``slot`` is ``None`` for workspace-wide fields.
+
+    ``str(change)`` reads ``slot (0, 0): capacity 0 B → 512 B`` (sizes in binary units).
+    """
 
     slot: Slot | None
     field: str
     before: Any
     after: Any
 
-    def __str__(self) -> str:
-        where = "workspace" if self.slot is None else f"slot {self.slot}"
-        before, after = self.before, self.after
-        if self.field == "persistent_keys":
-            added = sorted(map(repr, after - before))
-            removed = sorted(map(repr, before - after))
-            parts = [f"+{k}" for k in added] + [f"-{k}" for k in removed]
-            return f"{where}: persistent_keys {' '.join(parts)}"
-        return f"{where}: {self.field} {before!r} → {after!r}"
+    _repr_pretty_ = Presented._repr_pretty_  # IPython reads it from the class itself
 
 
-class Diff(tuple[Change, ...]):
-    """The changes between two states, in storage order; prints one line per change."""
+class Diff(Presented, tuple[Change, ...]):
+    """The changes between two states, in storage order.
+
+    ``print(d)`` gives one line per change; a notebook shows a table, the exact bytes on hover.
+    """
 
     __slots__ = ()
 
-    def __str__(self) -> str:
-        return "\n".join(map(str, self)) if self else "no differences"
+    _repr_pretty_ = Presented._repr_pretty_  # IPython reads it from the class itself
 
-    def _repr_html_(self) -> str:
-        from html import escape
-
-        rows = "".join(f"<li><code>{escape(str(c))}</code></li>" for c in self)
-        return f"<ul>{rows}</ul>" if self else "<i>no differences</i>"
+    def __repr__(self) -> str:
+        return f"Diff({tuple.__repr__(self)})"
 
 
 def diff(a: WorkspaceState, b: WorkspaceState) -> Diff:
@@ -62,8 +57,8 @@ def diff(a: WorkspaceState, b: WorkspaceState) -> Diff:
         >>> from functional_ws import initial_state, acquire
         >>> s = initial_state(num_ubatches=2)
         >>> print(diff(s, acquire(s, (1, 0), ((100,), np.dtype("float32")))[0]))
-        slot (1, 0): capacity 0 → 512
-        slot (1, 0): high_water 0 → 512
+        slot (1, 0): capacity 0 B → 512 B
+        slot (1, 0): high_water 0 B → 512 B
         slot (1, 0): growths 0 → 1
     """
     changes = [

@@ -7,6 +7,7 @@ from collections.abc import Hashable
 
 import jax
 
+from ._presenters import Presented
 from ._spec import ViewSpec
 from ._state import Slot
 
@@ -17,8 +18,10 @@ Growth = tuple[tuple[Slot, int], ...]
 # Plans are static data, like the state: a jitted function may return them (no leaves).
 @jax.tree_util.register_static
 @dataclasses.dataclass(frozen=True, slots=True)
-class Layout:
+class Layout(Presented):
     """The plan for one :func:`functional_ws.acquire` call.
+
+    ``print(layout)`` (and a notebook's display) lists the views with their offsets and sizes.
 
     Attributes:
         slot: the ``(ubatch, lane)`` the views come from.
@@ -39,6 +42,8 @@ class Layout:
     total: int
     alignment: int
     growth: Growth = ()
+
+    _repr_pretty_ = Presented._repr_pretty_  # IPython reads it from the class itself
 
     @property
     def nbytes(self) -> tuple[int, ...]:
@@ -61,8 +66,10 @@ class Layout:
 
 @jax.tree_util.register_static
 @dataclasses.dataclass(frozen=True, slots=True)
-class Span:
+class Span(Presented):
     """The plan for one :func:`functional_ws.retain` call: a span at the slot's end.
+
+    ``print(span)`` (and a notebook's display) gives its key, view, offset and size.
 
     Attributes:
         slot: the ``(ubatch, lane)``.
@@ -82,6 +89,8 @@ class Span:
     offset: int
     alignment: int
     growth: Growth = ()
+
+    _repr_pretty_ = Presented._repr_pretty_  # IPython reads it from the class itself
 
     @property
     def nbytes(self) -> int:

@@ -1,7 +1,7 @@
 """The workspace's whole state: two frozen dataclasses, registered as pytrees with no leaves.
 
-This module is the floor of the package: it imports only the errors and the integer check,
-and every other module builds on it.
+This module is the floor of the package: it imports only the errors, the integer check and
+the presenter registry, and every other module builds on it.
 
 What the pytree is for. Workspace planning is decided at trace time, like shapes: a
 capacity, an offset, a lock flag or a persistent key is never an array a computation
@@ -32,7 +32,7 @@ from valid ones.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Hashable
+from collections.abc import Hashable
 from typing import Literal
 
 import jax
@@ -44,6 +44,7 @@ from ._errors import (
     LaneNotConfiguredError,
     UbatchNotConfiguredError,
 )
+from ._presenters import Presented
 
 #: A slot is an ``(ubatch, lane)`` pair.
 Slot = tuple[int, int]
@@ -78,7 +79,7 @@ class SlotState:
 
 @jax.tree_util.register_static
 @dataclasses.dataclass(frozen=True, slots=True)
-class WorkspaceState:
+class WorkspaceState(Presented):
     """The manager's whole state, immutable and hashable; equality is by value.
 
     Build one with :func:`functional_ws.initial_state`; every transition returns a new one.
@@ -112,6 +113,8 @@ class WorkspaceState:
     locked: bool = False
     slots: tuple[SlotState, ...] = ()
     max_capacity: int | None = None
+
+    _repr_pretty_ = Presented._repr_pretty_  # IPython reads it from the class itself
 
     def index(self, slot: Slot) -> int:
         """Position of ``slot`` in :attr:`slots`, validating it.
@@ -166,16 +169,6 @@ class WorkspaceState:
         """Bytes the buffer of ``slot`` holds (0 while it has none)."""
         return self.slots[self.index(slot)].capacity
 
-    def __str__(self) -> str:
-        return _PRESENTERS["text"](self) if "text" in _PRESENTERS else repr(self)
-
-    def _repr_html_(self) -> str:
-        if "html" in _PRESENTERS:
-            return _PRESENTERS["html"](self)
-        from html import escape  # the standard library's, not a module of this package
-
-        return f"<pre>{escape(str(self))}</pre>"
-
 
 _new = object.__new__
 _set = object.__setattr__  # the frozen classes' own __setattr__ refuses
@@ -220,19 +213,6 @@ def with_slot(state: WorkspaceState, index: int, slot: SlotState) -> WorkspaceSt
     return with_slots(
         state, (slot,) if len(slots) == 1 else (*slots[:index], slot, *slots[index + 1 :])
     )
-
-
-#: How a state presents itself (``"text"`` for ``str``, ``"html"`` for Jupyter). This
-#: module is the floor and imports nothing above it; ``functional_ws.display`` installs
-#: its renderers here when it is imported (``import functional_ws`` always imports it).
-_PRESENTERS: dict[str, Callable[[WorkspaceState], str]] = {}
-
-
-def install_presenter(
-    kind: Literal["text", "html"], render: Callable[[WorkspaceState], str]
-) -> None:
-    """Make ``str(state)`` (``kind="text"``) or a notebook's display (``"html"``) use ``render``."""
-    _PRESENTERS[kind] = render
 
 
 def check_config(

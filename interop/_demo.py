@@ -26,7 +26,7 @@ from ._facade import WorkspaceManager
 #: What to install for the picture; printed where matplotlib is missing.
 PLOT_HINT = "pip install 'functional-ws[plot]'"
 #: One character per segment kind in the text picture; views get letters A, B, C, ...
-TEXT_MARKS = {"padding": "~", "free": ".", "retained": "R", "clobbered": "X"}
+TEXT_MARKS = {"padding": "~", "requested": ":", "free": ".", "retained": "R", "clobbered": "X"}
 
 
 def default_device() -> torch.device:
@@ -111,7 +111,7 @@ def text_picture(ws: WorkspaceManager, width: int = 64) -> str:
         >>> ws = WorkspaceManager("cpu")
         >>> _ = ws.get_simultaneous(((100,), torch.float32), ((64,), torch.int8))
         >>> print(text_picture(ws, width=24))
-        layout (one character = 32 B; ~ padding, . free, R retained, X clobbered):
+        layout (one character = 32 B; ~ padding, : requested, . free, R retained, X clobbered):
           slot (0, 0) |AAAAAAAAAAAA~~~~BB~~~~~~| 768 B
             A torch.float32[100] @0
             B torch.int8[64] @512
@@ -157,7 +157,7 @@ def figure_summary(figure: Any) -> str:
         >>> import matplotlib
         >>> matplotlib.use("Agg")
         >>> print(figure_summary(fws.plot(fws.initial_state())))
-        axes "workspace: unlocked, growth 'slot', alignment 256" x="offset from the slot's base"
+        axes "WorkspaceState: 1 ubatch x 1 lane, alignment 256, growth 'slot', unlocked" x=...
           yticks ['slot (0, 0)']
           bar 0 -0.3 0 0.6 #ffffff None
           text ' 0 B' at (0, 0) #000000

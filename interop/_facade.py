@@ -27,7 +27,6 @@ import torch
 
 import functional_ws as fws
 from functional_ws import Growth, InvalidSpecError, ViewSpec, WorkspaceState
-from functional_ws.display import format_bytes
 
 from . import _context, _plans
 from ._allocators import AllocatorArg, allocator_stack
@@ -37,6 +36,7 @@ from ._compile import run_eagerly_under_compile
 from ._context import SLOT, current_slot, provided_ubatch
 from ._device import device_memory, normalize_device
 from ._diagnostics import debug_enabled, logger
+from ._display import manager_html, manager_plot, manager_repr
 from ._engine import Engine
 from ._history import History
 from ._jax_config import warn_if_jax_preallocates
@@ -247,19 +247,15 @@ class WorkspaceManager:
         Raises:
             ImportError: matplotlib is not installed (``pip install 'functional-ws[plot]'``).
         """
-        return fws.plot(self._engine.state, self.last_layouts, self.last_spans, ax=ax)
+        state, device, allocator = self._engine.state, self._device, self.allocator
+        return manager_plot(state, self.last_layouts, self.last_spans, device, allocator, ax)
 
     def _repr_html_(self) -> str:
-        return fws.render_html(self._engine.state, self.last_layouts, self.last_spans)
+        state, device, allocator = self._engine.state, self._device, self.allocator
+        return manager_html(state, self.last_layouts, self.last_spans, device, allocator)
 
     def __repr__(self) -> str:
-        s = self._engine.state
-        allocator = "" if self.allocator == "torch" else f", allocator {self.allocator}"
-        return (
-            f"WorkspaceManager(device={self._device}, {s.num_ubatches} ubatch x "
-            f"{s.num_lanes} lane, {format_bytes(sum(x.capacity for x in s.slots))}, "
-            f"{'locked' if s.locked else 'unlocked'}{allocator})"
-        )
+        return manager_repr(self._engine.state, self._device, self.allocator)
 
     # ----- lock -----
 

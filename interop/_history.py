@@ -1,34 +1,47 @@
 """A recorded history of a manager's calls, for stepping through a warm-up in a notebook.
 
-What ``WorkspaceManager.recording()`` yields; ``_recording.py`` fills it.
+What ``WorkspaceManager.recording()`` yields (``_recording.py`` fills it): the calls, the
+state after each, and how they display (a table and a capacity-over-time picture).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from html import escape
 from typing import Any
 
 from functional_ws import Slot, WorkspaceState, diff
+from functional_ws.display import counted, plot_timeline, timeline_html
 
 
 @dataclasses.dataclass(frozen=True)
 class Record:
-    """One call: what was called, in which slot, the state after it, and any error."""
+    """One call: what was called, in which slot, the state after it, and any error.
+
+    Its ``repr`` leaves the state out (print ``record.state`` for it).
+    """
 
     call: str
     slot: Slot
-    state: WorkspaceState
+    state: WorkspaceState = dataclasses.field(repr=False)
     error: str | None = None
 
     def __str__(self) -> str:
         outcome = f" -> {self.error}" if self.error else ""
         return f"{self.call} in slot {self.slot}{outcome}"
 
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        printer.text(str(self))
+
 
 class History(list[Record]):
-    """The calls made while recording, in order; ``history[0]`` is the starting state."""
+    """The calls made while recording, in order; ``history[0]`` is the starting state.
+
+    ``print(history)`` lists the calls; a notebook shows the capacity over time and a table
+    of the calls, their slots and what each changed; :meth:`plot` draws the picture.
+    """
 
     def changes(self) -> Iterator[tuple[Record, str]]:
         """Each call with what it changed (:func:`functional_ws.diff` of the states)."""
@@ -42,21 +55,76 @@ class History(list[Record]):
         slots = self[0].state.all_slots()
         return {s: [r.state.capacity(s) for r in self] for s in slots}
 
-    def plot_capacity(self, ax: Any = None) -> Any:
-        """A matplotlib figure of each slot's capacity over the recorded calls."""
-        import matplotlib.pyplot as plt
+    def plot(self) -> Any:
+        """A figure of each slot over the recorded calls: capacity, high water and the
+        retained span, growths marked (:func:`functional_ws.display.plot_timeline`).
 
-        if ax is None:
-            fig, ax = plt.subplots(figsize=(8, 3))
-        else:
-            fig = ax.figure
-        for slot, values in self.capacities().items():
-            ax.step(range(len(values)), values, where="post", label=f"slot {slot}")
-        ax.set_xlabel("call")
-        ax.set_ylabel("capacity (bytes)")
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        return fig
+        Returns:
+            A matplotlib ``Figure`` that pyplot does not keep: as a notebook cell's last
+            line it shows once; in a script, ``history.plot().savefig("history.png")``.
+
+        Raises:
+            ImportError: matplotlib is not installed (``pip install 'functional-ws[plot]'``).
+            ValueError: the history is empty.
+
+        Example:
+            >>> import torch
+            >>> from interop import WorkspaceManager
+            >>> ws = WorkspaceManager("cpu")
+            >>> with ws.recording() as history:
+            ...     _ = ws.get_simultaneous(((100,), torch.float32))
+            >>> [ax.get_ylabel() for ax in history.plot().axes]
+            ['slot (0, 0)']
+        """
+        return plot_timeline([r.state for r in self], [r.call for r in self])
+
+    def plot_capacity(self) -> Any:
+        """The older name of :meth:`plot`."""
+        return self.plot()
 
     def __str__(self) -> str:
         return "\n".join(f"{i:3d}  {r}" for i, r in enumerate(self))
+
+    def __repr__(self) -> str:
+        slots = sorted({r.slot for r in self[1:]})
+        refused = sum(r.error is not None for r in self)
+        where = f" in {', '.join(map(str, slots))}" if slots else ""
+        return (
+            f"History({counted(max(len(self) - 1, 0), 'call')} after the start{where}, "
+            f"{refused} refused)"
+        )
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        printer.text(str(self))
+
+    def _repr_html_(self) -> str:
+        return history_html(self)
+
+
+def history_html(history: Sequence[Record]) -> str:
+    """A history as HTML: the capacity over time, then a table of the calls, the slot each
+    ran in and what it changed (or the error it raised)."""
+    if not history:
+        return "<i>an empty history</i>"
+    rows = []
+    for i, record in enumerate(history):
+        if record.error is not None:
+            outcome = f'<span style="color:#b00">{escape(record.error)}</span>'
+        elif i == 0:
+            outcome = "<i>the starting state</i>"
+        else:
+            outcome = escape(str(diff(history[i - 1].state, record.state))).replace("\n", "<br>")
+        rows.append(
+            f'<tr><td style="text-align:right">{i}</td><td><code>{escape(record.call)}</code>'
+            f"</td><td>{escape(str(record.slot))}</td><td>{outcome}</td></tr>"
+        )
+    cell = 'style="padding:1px 8px;text-align:left;border-bottom:1px solid #ccc"'
+    table = (
+        '<div style="max-height:24em;overflow-y:auto"><table style="border-collapse:collapse;'
+        f'font:12px sans-serif"><tr><th {cell}>#</th><th {cell}>call</th><th {cell}>slot</th>'
+        f"<th {cell}>what changed</th></tr>{''.join(rows)}</table></div>"
+    )
+    head = f"<div><b>History</b>: {escape(repr(history))}</div>"
+    states = [r.state for r in history]
+    picture = timeline_html(states, [r.call for r in history])
+    return f'<div style="font:12px sans-serif">{head}{picture}{table}</div>'

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+from html import escape
+from typing import Any
 
 from functional_ws import WorkspaceState
-from functional_ws.display import format_bytes
+from functional_ws.display import counted, exact_bytes, format_bytes
 
 from ._retired import RetiredBuffer
 
@@ -34,6 +36,20 @@ class SlotStats:
     pinned_buffers: int
     allocator: str = "torch"
 
+    def __str__(self) -> str:
+        return (
+            f"slot {self.slot}: capacity {format_bytes(self.capacity)}, high water "
+            f"{format_bytes(self.high_water)}, {counted(self.growths, 'growth')}, pinned "
+            f"{format_bytes(self.pinned_bytes)} in {counted(self.pinned_buffers, 'buffer')}, "
+            f"allocator {self.allocator}"
+        )
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        printer.text(str(self))
+
+    def _repr_html_(self) -> str:
+        return _table([self], total=None)
+
 
 @dataclasses.dataclass(frozen=True)
 class WorkspaceStats:
@@ -57,18 +73,58 @@ class WorkspaceStats:
             f"WorkspaceStats: {'LOCKED' if self.locked else 'unlocked'}, capacity "
             f"{format_bytes(self.capacity)}, retired but pinned {format_bytes(self.pinned_bytes)}"
         ]
-        for s in self.slots:
-            lines.append(
-                f"  slot {s.slot}: capacity {format_bytes(s.capacity)}, high water "
-                f"{format_bytes(s.high_water)}, {_count(s.growths, 'growth')}, pinned "
-                f"{format_bytes(s.pinned_bytes)} in {_count(s.pinned_buffers, 'buffer')}, "
-                f"allocator {s.allocator}"
-            )
+        lines += [f"  {s}" for s in self.slots]
         return "\n".join(lines)
 
+    def __repr__(self) -> str:
+        return (
+            f"WorkspaceStats({'locked' if self.locked else 'unlocked'}, "
+            f"{counted(len(self.slots), 'slot')}, capacity {format_bytes(self.capacity)}, "
+            f"pinned {format_bytes(self.pinned_bytes)})"
+        )
 
-def _count(n: int, noun: str) -> str:
-    return f"{n} {noun}{'' if n == 1 else 's'}"
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        printer.text(str(self))
+
+    def _repr_html_(self) -> str:
+        head = (
+            f"<div><b>WorkspaceStats</b>: {'locked' if self.locked else 'unlocked'}, capacity "
+            f"{format_bytes(self.capacity)}, retired but pinned {format_bytes(self.pinned_bytes)}"
+            "</div>"
+        )
+        return f'<div style="font:12px sans-serif">{head}{_table(self.slots, self)}</div>'
+
+
+_COLUMNS = ("slot", "capacity", "high water", "growths", "pinned", "pinned buffers", "allocator")
+
+
+def _table(slots: Any, total: WorkspaceStats | None) -> str:
+    """The slots as an HTML table, sizes in binary units (exact bytes on hover)."""
+
+    pad = "padding:1px 8px"
+
+    def size(n: int) -> str:
+        return f'<td style="{pad};text-align:right" title="{exact_bytes(n)}">{format_bytes(n)}</td>'
+
+    def count(n: int) -> str:
+        return f'<td style="{pad};text-align:right">{n}</td>'
+
+    rows = [
+        f'<tr><td style="{pad}">{escape(str(s.slot))}</td>{size(s.capacity)}'
+        f"{size(s.high_water)}{count(s.growths)}{size(s.pinned_bytes)}"
+        f'{count(s.pinned_buffers)}<td style="{pad}">{escape(s.allocator)}</td></tr>'
+        for s in slots
+    ]
+    if total is not None and len(total.slots) > 1:
+        rows.append(
+            f'<tr><td style="{pad}"><i>all</i></td>{size(total.capacity)}<td></td><td></td>'
+            f"{size(total.pinned_bytes)}<td></td><td></td></tr>"
+        )
+    head = "".join(f'<th style="padding:1px 8px">{c}</th>' for c in _COLUMNS)
+    return (
+        '<table style="border-collapse:collapse;font:12px sans-serif"><tr>'
+        f"{head}</tr>{''.join(rows)}</table>"
+    )
 
 
 def collect(

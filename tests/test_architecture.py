@@ -96,7 +96,10 @@ def test_the_state_module_is_the_floor():
     assert _graph(CORE, "functional_ws._state")["functional_ws._state"] <= {
         "functional_ws._errors",
         "functional_ws._checks",
+        "functional_ws._presenters",
     }
+    # The presenter registry sits below the state: it imports nothing of the package.
+    assert _graph(CORE, "functional_ws._presenters")["functional_ws._presenters"] == set()
 
 
 def test_core_never_imports_the_shell_or_torch():

@@ -1,10 +1,13 @@
-"""The manager's pictures and recorded history show what its calls did."""
+"""The manager's pictures, statistics and recorded history show what its calls did."""
+
+import re
 
 import matplotlib
 import pytest
 import torch
+from _scenes import many_slots, recorded_history, tiny_beside_huge
+from IPython.lib.pretty import pretty
 
-import functional_ws as fws
 from interop import WorkspaceLockedError, WorkspaceManager, use_workspace_ubatch
 
 matplotlib.use("Agg")
@@ -23,13 +26,94 @@ def test_last_layouts_and_spans_feed_the_pictures():
     assert ws.last_layouts[(0, 0)].offsets == (0, 256)
     assert ws.last_spans[(0, 0)].offset == 1536 and (1, 0) not in ws.last_spans
     html = ws._repr_html_()
-    assert "torch.float16[100] @0" in html and "torch.int32[3] @256" in html
+    assert 'title="float16[100]: 200 B at offset 0 B' in html
+    assert 'title="int32[3]: 12 B at offset 256 B' in html
     assert "(intact)" in html
     ws.get_simultaneous(((1600,), torch.uint8))  # reaches into the tail
     assert "(clobbered)" in ws._repr_html_()
     fig = ws.plot()
-    assert "unlocked" in fig.axes[0].get_title()
-    assert fig.axes[0].get_title() == fws.plot(ws.state).axes[0].get_title()
+    title = fig.axes[0].get_title()
+    assert title.startswith("WorkspaceManager on cpu: 2 ubatches x 1 lane") and "unlocked" in title
+    assert "allocator torch" in title
+
+
+def test_a_manager_displays_as_itself_with_device_allocator_and_lock():
+    ws = _warm()
+    ws.lock()
+    html = ws._repr_html_()
+    assert "<b>WorkspaceManager on cpu</b>: 2 ubatches x 1 lane" in html
+    assert "LOCKED, allocator torch" in html and "WorkspaceState" not in html
+    assert repr(ws) == "WorkspaceManager(device=cpu, 2 ubatches x 1 lane, 4.00 KiB, locked)"
+    one = WorkspaceManager("cpu", num_lanes=2, allocator="jax")
+    assert (
+        repr(one)
+        == "WorkspaceManager(device=cpu, 1 ubatch x 2 lanes, 0 B, unlocked, allocator jax)"
+    )
+
+
+def test_every_view_of_the_last_request_is_drawn_at_least_four_pixels_wide():
+    for ws in (tiny_beside_huge(), many_slots()):
+        html = ws._repr_html_()
+        expected = sum(len(layout.specs) for layout in ws.last_layouts.values())
+        widths = re.findall(r'class="fws-seg fws-view"[^>]*width:([\d.]+)px', html)
+        assert len(widths) == expected and min(map(float, widths)) >= 4
+        drawn = set(re.findall(r'class="fws-seg fws-view" data-dtype="([^"]+)"', html))
+        keyed = set(re.findall(r'class="fws-key" data-key="[^"]+" data-dtype="([^"]+)"', html))
+        assert drawn == keyed and len(drawn) >= 2
+
+
+def test_a_manager_figure_is_shown_once():
+    import matplotlib.pyplot as plt
+
+    plt.close("all")
+    fig = _warm().plot()
+    assert plt.get_fignums() == [] and fig._repr_png_().startswith(b"\x89PNG")
+
+
+def test_stats_display_in_binary_units_with_exact_bytes_on_hover():
+    ws = _warm()
+    stats = ws.stats()
+    assert repr(stats) == "WorkspaceStats(unlocked, 2 slots, capacity 4.00 KiB, pinned 0 B)"
+    assert pretty(stats) == str(stats) and str(stats).splitlines()[1] == (
+        "  slot (0, 0): capacity 2.00 KiB, high water 512 B, 2 growths, pinned 0 B in 0 "
+        "buffers, allocator torch"
+    )
+    html = stats._repr_html_()
+    assert html.count("<tr>") == 1 + 2 + 1  # header, two slots, the total
+    assert 'title="2.00 KiB (2,048 B)">2.00 KiB</td>' in html
+    assert pretty(stats.slots[1]) == str(stats.slots[1]).strip()
+    assert stats.slots[0]._repr_html_().count("<tr>") == 2
+    assert "SlotStats(slot=(0, 0), capacity=2048" in repr(stats.slots[0])
+
+
+def test_history_displays_a_table_of_calls_and_the_capacity_over_time():
+    _, history = recorded_history()
+    assert repr(history) == "History(15 calls after the start in (0, 0), (1, 0), 1 refused)"
+    assert pretty(history) == str(history)
+    assert repr(history[1]) == (
+        "Record(call='get_simultaneous(((16, 128), bfloat16), ((16, 8), int32))', "
+        "slot=(0, 0), error=None)"
+    )
+    html = history._repr_html_()
+    assert html.count("<tr>") == 1 + len(history)
+    assert "<i>the starting state</i>" in html
+    assert "slot (0, 0): capacity 0 B → 4.50 KiB" in html  # what the first call changed
+    assert "WorkspaceLockedError: Workspace is locked" in html
+    assert "<svg" in html and html.count("<polyline") == 4
+    assert max(map(ord, html)) <= 0xFFFF
+
+
+def test_history_plot_draws_each_slot_over_the_calls():
+    import matplotlib.pyplot as plt
+
+    plt.close("all")
+    _, history = recorded_history()
+    fig = history.plot()
+    assert plt.get_fignums() == []
+    assert [ax.get_ylabel() for ax in fig.axes] == ["slot (0, 0)", "slot (1, 0)"]
+    growths = next(line for line in fig.axes[0].lines if line.get_marker() == "o")
+    assert list(growths.get_xdata()) == [1.5, 5.5, 13.5]  # two warm-up growths, the reserve
+    assert history.plot_capacity().axes[0].get_ylabel() == "slot (0, 0)"
 
 
 def test_recording_keeps_calls_states_and_refusals():
@@ -55,7 +139,7 @@ def test_recording_keeps_calls_states_and_refusals():
     assert changes["lock()"] == "workspace: locked False → True"
     assert history[-1].state == history[-2].state  # the refusal changed nothing
     assert "get_simultaneous" not in vars(ws)  # recording is off again: no wrappers left
-    assert len(history.plot_capacity().axes[0].lines) == 2
+    assert len(history.plot().axes) == 2
 
 
 def test_picture_follows_repeated_requests():

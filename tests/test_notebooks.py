@@ -2,28 +2,21 @@
 
 A notebook's GPU cells skip themselves without CUDA. Each is meant to finish in under 60 s
 on an idle 2-core CPU; that is measured (``pytest --durations``), not asserted, since a
-timed assertion would be flaky on a loaded machine.
+timed assertion would be flaky on a loaded machine. ``make notebooks`` executes them the
+same way (``tests/_notebook_runner.py``) and writes their outputs back.
 """
 
-import os
 from pathlib import Path
 
-import nbclient
-import nbformat
 import pytest
+from _notebook_runner import execute
 
 NOTEBOOKS = sorted((Path(__file__).parent.parent / "notebooks").glob("*.ipynb"))
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
-def test_notebook_runs(path, tmp_path, monkeypatch):
-    monkeypatch.setenv("JAX_PLATFORMS", os.environ.get("JAX_PLATFORMS", "cpu"))
-    monkeypatch.setenv("MPLBACKEND", "Agg")
-    nb = nbformat.read(path, as_version=4)
-    client = nbclient.NotebookClient(
-        nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
-    )
-    client.execute()
+def test_notebook_runs(path, tmp_path):
+    nb = execute(path, tmp_path)
     errors = [o for c in nb.cells for o in c.get("outputs", []) if o.output_type == "error"]
     assert not errors
 

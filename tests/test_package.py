@@ -17,8 +17,9 @@ CORE_NAMES = {
     "replay", "reserve", "retain", "to_dict", "unlock",
 }  # fmt: skip
 DISPLAY_NAMES = {
-    "COLOURS", "Segment", "SlotPicture", "dtype_colour", "format_bytes", "plot", "render",
-    "render_html", "slot_pictures",
+    "COLOURS", "Segment", "SlotPicture", "counted", "dtype_colour", "exact_bytes",
+    "format_bytes", "plot", "plot_timeline", "render", "render_html", "slot_pictures",
+    "timeline_html",
 }  # fmt: skip
 REPLAY_NAMES = {"fit", "layout_of", "replay_acquire", "replay_retain"}
 TESTING_NAMES = {

@@ -1,4 +1,4 @@
-"""Plain-text rendering of a state: a few lines per slot, for terminals and the demo."""
+"""Plain-text rendering: sizes in binary units, counted nouns, a few lines per slot."""
 
 from __future__ import annotations
 
@@ -16,15 +16,62 @@ def format_bytes(n: int) -> str:
     if n < 1024:
         return f"{n} B"
     value = n / 1024
-    for unit in ("KiB", "MiB", "GiB"):
-        if value < 1024 or unit == "GiB":
+    for unit in ("KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
             break
         value /= 1024
     return f"{value:.2f} {unit}"
 
 
-def render(state: WorkspaceState) -> str:
+def exact_bytes(n: int) -> str:
+    """``n`` in binary units with the exact count beside it when the unit rounds it.
+
+    Example:
+        >>> exact_bytes(512), exact_bytes(2048), exact_bytes(659712)
+        ('512 B', '2.00 KiB (2,048 B)', '644.25 KiB (659,712 B)')
+    """
+    short = format_bytes(n)
+    return short if n < 1024 else f"{short} ({n:,} B)"
+
+
+def counted(n: int, noun: str, plural: str | None = None) -> str:
+    """``n`` and the noun, singular for one: ``1 ubatch``, ``2 ubatches``, ``0 lanes``.
+
+    Example:
+        >>> counted(1, "ubatch"), counted(2, "ubatch"), counted(3, "lane")
+        ('1 ubatch', '2 ubatches', '3 lanes')
+    """
+    if n == 1:
+        return f"1 {noun}"
+    if plural is None:
+        plural = noun + ("es" if noun.endswith(("ch", "sh", "s", "x")) else "s")
+    return f"{n} {plural}"
+
+
+def describe_state(state: WorkspaceState) -> str:
+    """The header's words for a state: slots, alignment, growth policy and the lock.
+
+    Example:
+        >>> from functional_ws import initial_state
+        >>> describe_state(initial_state(num_ubatches=2))
+        "2 ubatches x 1 lane, alignment 256, growth 'slot', unlocked"
+    """
+    return (
+        f"{counted(state.num_ubatches, 'ubatch')} x {counted(state.num_lanes, 'lane')}, "
+        f"alignment {state.alignment}, growth {state.growth!r}, "
+        f"{'LOCKED' if state.locked else 'unlocked'}"
+    )
+
+
+def render(state: WorkspaceState, *, title: str = "WorkspaceState") -> str:
     """A few lines per slot: capacity, high-water mark, growths, retained span, keys.
+
+    Args:
+        state: the state to describe.
+        title: the first word of the header (a manager passes its own name and device).
+
+    Returns:
+        Text, one header line and three lines per slot.
 
     Example:
         >>> import numpy as np
@@ -36,22 +83,17 @@ def render(state: WorkspaceState) -> str:
             retained: none
             persistent keys: none
     """
-    ubatches = f"{state.num_ubatches} ubatch{'es' if state.num_ubatches != 1 else ''}"
-    lanes = f"{state.num_lanes} lane{'s' if state.num_lanes != 1 else ''}"
-    lines = [
-        f"WorkspaceState: {ubatches} x {lanes}, alignment {state.alignment}, "
-        f"growth {state.growth!r}, {'LOCKED' if state.locked else 'unlocked'}"
-    ]
+    lines = [f"{title}: {describe_state(state)}"]
     for slot, s in zip(state.all_slots(), state.slots, strict=True):
         lines.append(
             f"  slot {slot}: capacity {format_bytes(s.capacity)}, high water "
-            f"{format_bytes(s.high_water)}, {s.growths} growth{'s' if s.growths != 1 else ''}"
+            f"{format_bytes(s.high_water)}, {counted(s.growths, 'growth')}"
         )
         if s.retained is None:
             lines.append("    retained: none")
         else:
             key, start = s.retained
-            lines.append(f"    retained: {key!r} at offset {start}")
+            lines.append(f"    retained: {key!r} at offset {start} ({format_bytes(start)})")
         keys = ", ".join(sorted(repr(k) for k in s.persistent_keys)) or "none"
         lines.append(f"    persistent keys: {keys}")
     return "\n".join(lines)

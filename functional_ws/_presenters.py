@@ -1,0 +1,53 @@
+"""How core values present themselves: a registry that ``functional_ws.display`` fills.
+
+The value modules (the state, plans, diffs) sit below the presentation and import nothing
+above them; a value class inherits :class:`Presented`, and ``str(value)``, a notebook's HTML
+and IPython's pretty text then use whatever renderer the display package installed for its
+class (``import functional_ws`` always imports it). Without one they fall back to ``repr``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from html import escape
+from typing import Any, Literal
+
+Kind = Literal["text", "html"]
+_RENDERERS: dict[tuple[type, str], Callable[[Any], str]] = {}
+
+
+def install_presenter(cls: type, kind: Kind, render: Callable[[Any], str]) -> None:
+    """Make ``str(value)`` (``kind="text"``) or a notebook's display (``"html"``) of every
+    ``cls`` (and subclass) use ``render``."""
+    _RENDERERS[(cls, kind)] = render
+
+
+def present(value: object, kind: Kind) -> str | None:
+    """``value`` rendered by the renderer installed for its class (or nearest base), if any."""
+    for cls in type(value).__mro__:
+        render = _RENDERERS.get((cls, kind))
+        if render is not None:
+            return render(value)
+    return None
+
+
+class Presented:
+    """A mixin: ``str``, ``_repr_html_`` and ``_repr_pretty_`` through the installed renderers.
+
+    IPython prefers a ``__repr__`` defined by a class (a dataclass's) to a ``_repr_pretty_``
+    it inherits, so a class with its own ``__repr__`` also names ``_repr_pretty_`` itself:
+    ``_repr_pretty_ = Presented._repr_pretty_``.
+    """
+
+    __slots__ = ()
+
+    def __str__(self) -> str:
+        text = present(self, "text")
+        return repr(self) if text is None else text
+
+    def _repr_html_(self) -> str:
+        html = present(self, "html")
+        return f"<pre>{escape(str(self))}</pre>" if html is None else html
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        printer.text(str(self))

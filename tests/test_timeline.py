@@ -1,0 +1,65 @@
+"""The workspace over time: per slot capacity, high water, the retained span and growths."""
+
+import re
+
+import matplotlib
+import numpy as np
+import pytest
+
+import functional_ws as fws
+from functional_ws.display import plot_timeline, timeline_html
+from functional_ws.display._timeline import timelines
+
+matplotlib.use("Agg")
+U8 = np.dtype("uint8")
+
+
+def _states():
+    s0 = fws.initial_state(num_ubatches=2)
+    s1, _ = fws.acquire(s0, (0, 0), ((1000,), U8))
+    s2, _, _ = fws.retain(s1, (0, 0), "kv", ((100,), U8))
+    s3, _ = fws.acquire(s2, (1, 0), ((3000,), U8))
+    s4, _ = fws.acquire(s3, (0, 0), ((2000,), U8))  # grows, drops the span
+    return [s0, s1, s2, s3, s4]
+
+
+def test_timelines_follow_capacity_high_water_retained_and_growths():
+    t0, t1 = timelines(_states())
+    assert t0.capacity == (0, 1024, 1024, 1024, 2048)
+    assert t0.high_water == (0, 1024, 1024, 1024, 2048)
+    assert t0.retained == (None, None, 768, 768, None)
+    assert t0.growths == (1, 4) and t1.growths == (3,)
+    assert timelines([]) == []
+
+
+def test_timeline_html_draws_every_slot_and_marks_growths():
+    html = timeline_html(_states(), ["start", "a", "b", "c", "d"])
+    assert html.count("<polyline") == 4  # capacity and high water per slot
+    assert len(re.findall(r"<circle ", html)) == 3  # the growths
+    assert html.count('fill-opacity="0.35"') == 2  # the retained span, in two states
+    assert "<title>4: d: capacity 2.00 KiB (2,048 B)" in html
+    assert max(map(ord, html)) <= 0xFFFF
+    assert timeline_html([]) == "<i>no states recorded</i>"
+
+
+def test_plot_timeline_has_a_strip_per_slot_in_bytes_not_left_on_pyplot():
+    import matplotlib.pyplot as plt
+
+    plt.close("all")
+    fig = plot_timeline(_states(), ["start", "a", "b", "c", "d"])
+    assert plt.get_fignums() == []
+    assert [ax.get_ylabel() for ax in fig.axes] == ["slot (0, 0)", "slot (1, 0)"]
+    fig.canvas.draw()
+    labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]
+    assert "0 B" in labels and all(label.endswith("B") for label in labels if label)
+    assert [t.get_text() for t in fig.axes[-1].get_xticklabels()] == ["start", "a", "b", "c", "d"]
+    growth = [line for line in fig.axes[0].lines if line.get_marker() == "o"]
+    assert [list(line.get_xdata()) for line in growth] == [[1.5, 4.5]]
+    with pytest.raises(ValueError, match="at least one state"):
+        plot_timeline([])
+
+
+def test_plot_timeline_numbers_the_calls_when_their_names_do_not_fit():
+    states = _states()
+    fig = plot_timeline(states, ["get_simultaneous(((1000,), uint8), ((5,), int8))"] * 5)
+    assert fig.axes[-1].get_xlabel() == "call (its index in the history)"
