@@ -43,7 +43,15 @@ from ._jax_config import warn_if_jax_preallocates
 from ._memo import Memos, last_plans, memoise, memoise_retained, replay_and_swap
 from ._persistent import PersistentTables, check_persistent_tensor, tensor_factory
 from ._recording import Recorder
-from ._requests import check_torch_dtypes, plain_nbytes, plain_shape, torch_specs
+from ._requests import (
+    NUMPY_INTS,
+    canonical,
+    canonical_shape,
+    check_torch_dtypes,
+    plain_nbytes,
+    plain_shape,
+    torch_specs,
+)
 from ._stats import WorkspaceStats, collect
 
 _MB = 1024 * 1024
@@ -331,9 +339,9 @@ class WorkspaceManager:
             entry = memo = None
         if entry is not None:
             for shape, _ in shapes_and_dtypes:
-                for dim in shape:
-                    if type(dim) is not int:  # equal to a memoised request, not plain
-                        entry = memo = None
+                for dim in shape:  # a NumPy int is served as the int it equals
+                    if type(dim) is not int and type(dim) not in NUMPY_INTS:
+                        entry = memo = None  # equal to a memoised request, not plain
                         return self._acquire(shapes_and_dtypes, (ubatch, lane), None)
             engine = self._engine
             state = engine.state
@@ -380,15 +388,18 @@ class WorkspaceManager:
         it must), nothing memoised. A request seen before is memoised
         (:meth:`_acquire_planned`). ``memo``: the slot's memo, where the hot path found it.
         """
+        nbytes = None if memo is None else plain_nbytes(specs)  # no memo: unhashable
+        if nbytes is None:  # spelled otherwise: made canonical (lists, torch.Size, NumPy)
+            canon = canonical(specs)
+            if canon is not specs:
+                return self.get_simultaneous(*canon)
+            return self._acquire_planned(specs, slot, admitted=False)  # the core explains
         if memo is not None:
             if memo.old and memo.promote(specs) is not None:  # kept in the old generation
                 return self.get_simultaneous(*specs)
             if memo.admits(specs):  # seen before: worth memoising
                 return self._acquire_planned(specs, slot, admitted=True)
-        nbytes = plain_nbytes(specs)
-        if nbytes is None:  # not plain: the core's acquire accepts or explains it
-            return self._acquire_planned(specs, slot, admitted=False if memo else None)
-        if memo is None:  # the hot path found none: the slot is looked up (or explained)
+        else:  # the hot path found none: the slot is looked up (or explained)
             memo = self._memos.acquired[self._engine.state.index(slot)]
         views = self._engine.fit_and_carve(memo.index, nbytes, specs)
         memo.last = (slot, specs)  # what the pictures draw
@@ -461,9 +472,9 @@ class WorkspaceManager:
             entry = memo[key, shape, dtype]  # None when absent (Memo.__missing__)
         except (IndexError, TypeError):  # a slot not configured, an unhashable key
             entry = memo = None
-        if entry is not None and type(shape) is tuple:
+        if entry is not None and isinstance(shape, tuple):  # torch.Size too
             for dim in shape:  # a memoised (1,) equals (True,) and (1.0,): check
-                if type(dim) is not int:
+                if type(dim) is not int and type(dim) not in NUMPY_INTS:
                     entry = memo = None
                     return self._retain(key, shape, dtype)
             engine = self._engine
@@ -481,6 +492,9 @@ class WorkspaceManager:
     def _retain(
         self, key: Hashable, shape: tuple[int, ...], dtype: torch.dtype
     ) -> tuple[torch.Tensor, bool]:
+        canon = canonical_shape(shape)
+        if canon is not shape:  # spelled otherwise: served as its canonical spelling
+            return self.get_retained(key, canon, dtype)
         check_torch_dtypes(((shape, dtype),), "dtype")
         spec = ViewSpec.of(shape, dtype, "spec")  # the caller's shape and dtype read once
         slot = current_slot()
@@ -537,7 +551,8 @@ class WorkspaceManager:
             >>> [s.capacity for s in ws.stats().slots]
             [2304, 2304]
         """
-        self._reserve_requests([torch_specs(shapes_and_dtypes, "shapes_and_dtypes")], slots)
+        pairs = canonical(shapes_and_dtypes, "shapes_and_dtypes")
+        self._reserve_requests([torch_specs(pairs, "shapes_and_dtypes")], slots)
 
     def reserve_many(
         self,
@@ -573,7 +588,8 @@ class WorkspaceManager:
                 raise InvalidSpecError(
                     f"requests[{i}] must be a list of (shape, dtype) pairs, got {request!r}."
                 )
-            checked.append(torch_specs(tuple(request), f"requests[{i}]"))
+            pairs = canonical(tuple(request), f"requests[{i}]")
+            checked.append(torch_specs(pairs, f"requests[{i}]"))
         self._reserve_requests(checked, slots)
 
     def _reserve_requests(
@@ -751,6 +767,7 @@ class WorkspaceManager:
                 and plain_shape(shape)
             ):
                 return tensor
+        shape = canonical_shape(shape)
         check_torch_dtypes(((shape, dtype),), "dtype")
         spec = ViewSpec.of(shape, dtype, "persistent")
         factory = tensor_factory(spec, self._device, zero_init)

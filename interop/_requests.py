@@ -5,12 +5,20 @@ plain form (a ``tuple`` of ``(shape, dtype)`` pairs, each a ``tuple``, each shap
 ``tuple`` of ``int`` dims, each dtype a ``torch.dtype``), and everything below the façade
 (the core's planning, the memo, carving) sees only that form: "plain" and "memoisable"
 mean the same thing everywhere.
+
+Spellings accepted as upstream accepts them, and made canonical here (:func:`canonical`):
+a pair or a shape as a ``list``, a shape as a ``torch.Size``, a dim as a NumPy integer (or
+anything else with ``__index__``). Refused, with the reason: a dim that is a ``bool`` or a
+float (the core says so), and a dim that is a tensor (``int(t)`` is the fix: taking a
+CUDA tensor's value is a device sync, which a scratch request must not hide).
 """
 
 from __future__ import annotations
 
+import operator
 from typing import Any
 
+import numpy as np
 import torch
 
 from functional_ws import InvalidSpecError, ViewSpec, WorkspaceLockedError
@@ -18,6 +26,12 @@ from functional_ws import InvalidSpecError, ViewSpec, WorkspaceLockedError
 from ._diagnostics import caller_origin
 
 _DTYPE = torch.dtype
+#: NumPy's integer scalar types: a dim of one hashes and compares as the int, so the hot
+#: paths serve it from a memoised request as they serve an int.
+NUMPY_INTS: frozenset[type] = frozenset(
+    (np.byte, np.ubyte, np.short, np.ushort, np.intc, np.uintc, np.int_, np.uint,
+     np.longlong, np.ulonglong, np.intp, np.uintp)
+)  # fmt: skip
 
 
 def plain_nbytes(specs: tuple[Any, ...]) -> list[int] | None:
@@ -45,6 +59,67 @@ def plain_nbytes(specs: tuple[Any, ...]) -> list[int] | None:
             nbytes *= dim
         sizes.append(nbytes)  # the core refuses views of 2**63 bytes or more
     return sizes
+
+
+def canonical(specs: tuple[Any, ...], argname: str = "specs") -> tuple[Any, ...]:
+    """``specs`` with every accepted spelling made canonical (``specs`` itself when it
+    already is); what is not a request is left as it is, for the core to explain.
+
+    Raises:
+        InvalidSpecError: a dim that is a tensor (naming it and the fix, ``int(t)``).
+
+    Example:
+        >>> import numpy as np, torch
+        >>> canonical(([[2, np.int64(3)], torch.float32], (torch.Size([4]), torch.int8)))
+        (((2, 3), torch.float32), ((4,), torch.int8))
+    """
+    pairs = []
+    changed = False
+    for i, pair in enumerate(specs):
+        if isinstance(pair, (tuple, list)) and len(pair) == 2:
+            shape = pair[0]
+            canon = canonical_shape(shape, f"{argname}[{i}] shape")
+            if canon is not shape or type(pair) is not tuple:
+                pair, changed = (canon, pair[1]), True
+        pairs.append(pair)
+    return tuple(pairs) if changed else specs
+
+
+def canonical_shape(shape: Any, argname: str = "shape") -> Any:
+    """``shape`` as a tuple of ints where it is a tuple, list or ``torch.Size`` of ints
+    (NumPy integers included), ``shape`` itself when it already is one or is not a shape
+    at all (the core explains).
+
+    Raises:
+        InvalidSpecError: a dim that is a tensor, naming ``argname[j]``.
+    """
+    if type(shape) is tuple:
+        if plain_shape(shape):
+            return shape
+    elif isinstance(shape, (tuple, list)):  # torch.Size is a tuple
+        dims = tuple(shape)
+        if plain_shape(dims):  # a list or a torch.Size of ints: the usual spelling
+            return dims
+    else:
+        return shape
+    dims = tuple(_dim(dim, f"{argname}[{j}]") for j, dim in enumerate(shape))
+    if type(shape) is tuple and all(a is b for a, b in zip(dims, shape, strict=True)):
+        return shape  # nothing to convert (a bool or a float stays, for the core to refuse)
+    return dims
+
+
+def _dim(dim: Any, argname: str) -> Any:
+    if type(dim) is int:
+        return dim
+    if isinstance(dim, torch.Tensor):
+        raise InvalidSpecError(
+            f"{argname} must be an int, got a tensor ({dim!r}). Pass int(t): the workspace "
+            "takes Python ints, because reading a CUDA tensor's value is a device sync that "
+            "a scratch request would hide."
+        )
+    if isinstance(dim, (bool, np.bool_)) or not hasattr(type(dim), "__index__"):
+        return dim  # the core refuses it, naming it
+    return operator.index(dim)
 
 
 def plain_shape(shape: tuple[Any, ...]) -> bool:

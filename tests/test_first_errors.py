@@ -43,7 +43,7 @@ CALLS = [
     ("dtype-numpy", lambda ws: ws.get_simultaneous(((4,), np.float32)), ["torch.float32"]),
     ("bool-dim", lambda ws: ws.get_simultaneous(((True,), F32)), ["True"]),
     ("float-dim", lambda ws: ws.get_simultaneous(((4.0,), F32)), ["4.0"]),
-    ("unhashable-shape", lambda ws: ws.get_simultaneous(([4], F32)), ["[4]"]),
+    ("tensor-dim", lambda ws: ws.get_simultaneous(((torch.tensor(4),), F32)), ["int(t)"]),
     ("not-a-pair", lambda ws: ws.get_simultaneous((4, F32, 1)), ["specs[0]"]),
     ("lane", _in_lane(3, lambda ws: ws.get_simultaneous(((4,), F32))), ["num_lanes=4"]),
     ("ubatch", _in_ubatch(2, lambda ws: ws.get_simultaneous(((4,), F32))), ["num_ubatches=3"]),

@@ -44,7 +44,6 @@ BAD_SPECS = [
     ("negative dim", ((-1,), torch.float32)),
     ("float dim", ((1.5,), torch.float32)),
     ("bool dim", ((True,), torch.float32)),
-    ("list shape", ([3], torch.float32)),
     ("not a dtype", ((3,), "not a dtype")),
 ]
 
