@@ -612,7 +612,11 @@ def apply_plan(state: WorkspaceState, plan: WorkspaceState) -> tuple[WorkspaceSt
 
 
 def after_failed_growth(
-    old: WorkspaceState, new: WorkspaceState, held: Mapping[Slot, int]
+    old: WorkspaceState,
+    new: WorkspaceState,
+    held: Mapping[Slot, int],
+    *,
+    current: WorkspaceState | None = None,
 ) -> WorkspaceState:
     """The state after carrying out the growth from ``old`` to ``new`` failed part-way.
 
@@ -635,6 +639,9 @@ def after_failed_growth(
         new: the state that transition returned.
         held: per slot the shell touched, the capacity its buffer has now: ``new``'s,
             ``old``'s, or 0.
+        current: the state now, when other calls changed it while the shell carried the
+            growth out (the touched slots held no buffer meanwhile): the other slots and the
+            workspace-wide fields are then ``current``'s. ``None``: ``old``'s.
 
     Returns:
         The state that describes the buffers as they are.
@@ -651,7 +658,8 @@ def after_failed_growth(
         >>> restored.capacity((0, 0)), restored.slots[0].retained, restored.slots[0].growths
         (512, None, 2)
     """
-    slots = list(old.slots)
+    base = old if current is None else current
+    slots = list(base.slots)
     for slot, capacity in held.items():
         index = old.index(slot)
         before, planned = old.slots[index], new.slots[index]
@@ -667,4 +675,4 @@ def after_failed_growth(
                 f"capacity {before.capacity} or 0, got {capacity!r}."
             )
         slots[index] = make_slot(capacity, before.high_water, growths, None, before.persistent_keys)
-    return with_slots(old, tuple(slots))
+    return with_slots(base, tuple(slots))

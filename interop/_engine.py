@@ -8,21 +8,29 @@ the one it planned from (compare-and-swap); otherwise it runs again. The mutex c
 swap, and what must match the state it installs: carving views from the buffers the new
 state describes, and (with a built-in allocator) releasing and allocating buffers.
 
-A growth (:meth:`Engine.run`, when the core's plan names one) is carried out in this order:
+A growth (:meth:`Engine.run`, when the core's plan names one) is carried out in the
+original's order (vLLM 0.33.0's ``_ensure_workspace_size``):
 
 1. the checks that need no release: a CUDA graph being captured refuses it
    (``GrowthDuringCaptureError``); the core has refused what can never fit already;
-2. ``alloc_context()`` is entered (a context that raises changes nothing), and a callable
-   allocator's new buffers are allocated and checked (user code: no lock held);
-3. under the mutex, if the state is still the one planned from: each growing slot's memos
-   retire (``_memo.Memos.retire``), its old buffer is released, the accelerator cache
-   emptied, and the new buffer allocated (built-ins) or installed (a callable's); then the
-   new state is published and the views carved;
-4. after the mutex, what the allocator adaptors queued is reported (logging runs handlers).
+2. under the mutex, if the state is still the one planned from: each growing slot's memos
+   retire (``_memo.Memos.retire``), its buffer is taken, and the state says the slot holds
+   none (capacity 0) while it has none;
+3. with no lock held: the old buffers go (the allocator's adaptors see them go; freeing
+   may run a pool's code), the accelerator cache is emptied, then ``alloc_context()`` is
+   entered and the new buffers are allocated inside it (vLLM's sleep-mode pool unmaps what
+   was freed when it is entered: the old buffers must be gone by then);
+4. under the mutex, the new buffers are installed with the planned state and the views
+   carved; if other calls moved the state meanwhile, the transition is planned again on
+   the state as it is, and the buffers installed if it still plans this growth;
+5. after the mutex, what the allocator adaptors queued is reported (logging runs handlers).
 
-If an allocation fails after its slot's old buffer was released, the slot's old capacity
-is allocated again where possible, :func:`functional_ws.after_failed_growth` says what the
-state becomes, and the allocator's error is raised with a note saying what happened.
+If entering the context or an allocation fails, every growing slot gets its old capacity
+again where possible (the slots of one growth stay in step), the core
+(:func:`functional_ws.after_failed_growth`) says what the state becomes, and the error is
+raised with a note per slot. A callable allocator keeps the other order: its buffers are
+allocated and checked inside ``alloc_context()`` before anything is released, so a refused
+or failed allocation changes nothing; the old buffers are dropped after the mutex.
 """
 
 from __future__ import annotations
@@ -191,22 +199,167 @@ class Engine:
         caller runs it again)."""
         if self._device.type == "cuda":
             refuse_growth_during_capture(self._device, *planned[2][0])
-        if self._alloc_context is nullcontext:  # the default: no context to enter
-            done, value, error = self._grow_in_context(transition, finish, planned)
-        else:
-            with self._alloc_context():  # entered before anything is released
-                done, value, error = self._grow_in_context(transition, finish, planned)
-        self.buffers.allocator.report()  # logging runs handlers: never under the mutex
+        try:
+            if self.buffers.allocator.releases_first:
+                done, value, error = self._grow_releasing_first(transition, finish, planned)
+            else:
+                done, value, error = self._grow_allocating_first(transition, finish, planned)
+        finally:
+            self.buffers.allocator.report()  # logging runs handlers: never under the mutex
         if error is not None:
-            raise error
+            try:
+                raise error
+            finally:  # the traceback holds this frame: keep no cycle through the error
+                error = None
         return done, value
 
-    def _grow_in_context(
+    def _grow_releasing_first(
         self, transition: Transition[R], finish: Callable[[R], F], planned: Planned[R]
     ) -> tuple[bool, F | None, BaseException | None]:
-        """:meth:`_grow` inside ``alloc_context()``: ``(done, finish(result), error)``."""
+        """The built-in allocators' growth, in the original's order: release the old
+        buffers, empty the accelerator cache, then allocate inside ``alloc_context()``.
+
+        While the new buffers are allocated, the state says the growing slots hold none
+        (capacity 0), and no lock is held (the context is user code).
+        """
         old, new, growth, result = planned
-        prepared = self._prepare(growth, old)  # a callable allocates here, unlocked
+        slots = [slot for slot, _ in growth]
+        indices = [old.index(slot) for slot in slots]
+        emptied = fws.after_failed_growth(old, new, dict.fromkeys(slots, 0))
+        with self._mutex:
+            if self.state is not old:
+                return False, None, None
+            retired = [self._take(index) for index in indices]
+            self.state = emptied
+        self._drop(slots, retired)
+        del retired
+        held, allocations, error = self._allocate_in_context(old, growth, indices)
+        try:
+            with self._mutex:
+                if self.state is emptied:  # nothing moved meanwhile: install as planned
+                    for index, allocation in allocations.items():
+                        self.buffers.install(index, allocation)
+                    if error is not None:
+                        self.state = fws.after_failed_growth(old, new, held)
+                        return True, None, error
+                    self.state = new
+                    return True, finish(result), None
+            if error is not None:  # other calls moved the state: keep what they did
+                return self._settle_failure(old, new, emptied, held, allocations, error)
+            done, value = self._settle_moved(transition, finish, growth, allocations)
+            return done, value, None
+        finally:  # the error's traceback keeps this frame: keep no cycle through the error
+            error = None
+
+    def _settle_moved(
+        self,
+        transition: Transition[R],
+        finish: Callable[[R], F],
+        growth: Growth,
+        allocations: dict[int, Allocation],
+    ) -> tuple[bool, F | None]:
+        """The new buffers exist but other calls moved the state while they were allocated:
+        plan the transition again on the state as it is and install them if it still plans
+        this growth (the growing slots still hold none); else drop them (``(False, None)``:
+        the caller runs the transition again)."""
+        while True:
+            current = self.state
+            new, again, result = self.plan(transition, current)
+            if again != growth:  # another growth settled these slots meanwhile
+                return False, None
+            with self._mutex:
+                if self.state is current:
+                    for index, allocation in allocations.items():
+                        self.buffers.install(index, allocation)
+                    self.state = new
+                    return True, finish(result)
+
+    def _settle_failure(
+        self,
+        old: WorkspaceState,
+        new: WorkspaceState,
+        emptied: WorkspaceState,
+        held: dict[Slot, int],
+        allocations: dict[int, Allocation],
+        error: BaseException,
+    ) -> tuple[bool, None, BaseException]:
+        """A growth that failed while other calls moved the state: the growing slots get
+        the buffers they hold again, over what those calls did (if no other growth settled
+        the slots meanwhile, in which case its buffers stay and these are dropped)."""
+        while True:
+            current = self.state
+            touched = [old.index(slot) for slot in held]
+            if any(current.slots[i] is not emptied.slots[i] for i in touched):
+                return True, None, error
+            settled = fws.after_failed_growth(old, new, held, current=current)
+            with self._mutex:
+                if self.state is current:
+                    for index, allocation in allocations.items():
+                        self.buffers.install(index, allocation)
+                    self.state = settled
+                    return True, None, error
+
+    def _allocate_in_context(
+        self, old: WorkspaceState, growth: Growth, indices: list[int]
+    ) -> tuple[dict[Slot, int], dict[int, Allocation], BaseException | None]:
+        """Allocate the new buffers of ``growth`` inside ``alloc_context()``; if entering it
+        or an allocation fails, every growing slot gets its old capacity again where
+        possible (the slots of one growth stay in step).
+
+        Returns:
+            ``(held, allocations, error)``: per slot, the capacity it will hold; per slot
+            index, its buffer; the error to raise (with a note), or ``None``.
+        """
+        allocations: dict[int, Allocation] = {}
+        entered = False
+        try:
+            with self._alloc_context():
+                entered = True
+                for (slot, nbytes), index in zip(growth, indices, strict=True):
+                    previous = old.slots[index].capacity
+                    allocations[index] = self.buffers.allocate(
+                        index, nbytes, slot=slot, previous=previous, in_use=()
+                    )
+        except BaseException as err:  # out of memory, a bad result, a context that raised
+            allocations.clear()  # the new buffers go before the old capacities come back
+            held, allocations = self._restore(old, growth, indices, entered)
+            for slot, nbytes in growth:
+                _explain(err, slot, nbytes, old.capacity(slot), held[slot])
+            return held, allocations, err
+        return {slot: nbytes for slot, nbytes in growth}, allocations, None
+
+    def _restore(
+        self, old: WorkspaceState, growth: Growth, indices: list[int], in_context: bool
+    ) -> tuple[dict[Slot, int], dict[int, Allocation]]:
+        """Each growing slot's old capacity allocated again (inside ``alloc_context()``
+        when the failure came after entering it): per slot the capacity it gets (0 where
+        even that fails, or where it had none), per index its buffer."""
+        held: dict[Slot, int] = {}
+        allocations: dict[int, Allocation] = {}
+        context = self._alloc_context if in_context else nullcontext
+        try:
+            with context():
+                for (slot, _), index in zip(growth, indices, strict=True):
+                    held[slot] = 0
+                    capacity = old.slots[index].capacity
+                    if capacity:
+                        allocations[index] = self.buffers.allocate(index, capacity, in_use=())
+                        held[slot] = capacity
+        except BaseException:  # the device is full: the slot stays empty, the note says so
+            for slot, _ in growth:
+                held.setdefault(slot, 0)
+        return held, allocations
+
+    def _grow_allocating_first(
+        self, transition: Transition[R], finish: Callable[[R], F], planned: Planned[R]
+    ) -> tuple[bool, F | None, BaseException | None]:
+        """A callable allocator's growth: every new buffer allocated and checked (inside
+        ``alloc_context()``) before anything is released, so a refused or failed allocation
+        changes nothing; then the buffers are swapped under the mutex, and the old ones
+        dropped after it (a pool's finalizer may call the manager)."""
+        old, new, growth, result = planned
+        with self._alloc_context():
+            prepared = self._prepare(growth, old)  # user code: no lock held
         if self.state is not old:  # user code ran: plan again on the state as it is
             old = self.state
             new, again, result = self.plan(transition, old)
@@ -215,22 +368,25 @@ class Engine:
         with self._mutex:
             if self.state is not old:
                 return False, None, None
-            state, error = self._replace(old, new, growth, prepared)
-            self.state = state
-            return True, (None if error is not None else finish(result)), error
+            slots = [slot for slot, _ in growth]
+            indices = [old.index(slot) for slot in slots]
+            retired = [self._take(index) for index in indices]
+            for index, slot in zip(indices, slots, strict=True):
+                self.buffers.install(index, prepared[slot])
+            self.state = new
+            value = finish(result)
+        self._drop(slots, retired)
+        return True, value, None
 
-    def _prepare(self, growth: Growth, old: WorkspaceState) -> dict[Slot, Allocation] | None:
-        """For an allocator that allocates before releasing (a callable), the new buffers of
-        ``growth`` (planned from ``old``), allocated and validated now; ``None`` for the
-        built-ins, which allocate after releasing. A new buffer must not overlap a buffer
-        another slot keeps, nor another new one.
+    def _prepare(self, growth: Growth, old: WorkspaceState) -> dict[Slot, Allocation]:
+        """A callable allocator's new buffers for ``growth`` (planned from ``old``), allocated
+        and validated. A new buffer must not overlap a buffer another slot keeps, nor
+        another new one.
 
         Raises:
             AllocatorError: a result that cannot be a buffer (nothing has changed).
         """
         buffers = self.buffers
-        if buffers.allocator.releases_first:
-            return None
         growing = {old.index(slot) for slot, _ in growth}
         kept = [b for i, b in enumerate(buffers.buffers()) if b is not None and i not in growing]
         fresh: dict[Slot, Allocation] = {}
@@ -243,58 +399,22 @@ class Engine:
             )
         return fresh
 
-    def _replace(
-        self,
-        old: WorkspaceState,
-        new: WorkspaceState,
-        growth: Growth,
-        prepared: dict[Slot, Allocation] | None,
-    ) -> tuple[WorkspaceState, BaseException | None]:
-        """Replace the buffers ``growth`` names, going from ``old`` to ``new`` (under the
-        mutex): ``(new, None)``, or the state that describes the buffers as they are and the
-        error to raise after installing it."""
-        buffers = self.buffers
-        held: dict[Slot, int] = {}
-        for slot, nbytes in growth:
-            index = new.index(slot)
-            previous = old.slots[index].capacity
-            self._release(index, slot)
-            if prepared is not None:
-                buffers.install(index, prepared[slot])
-                held[slot] = nbytes
-                continue
-            held[slot] = 0
-            try:
-                buffers.install(
-                    index, buffers.allocate(index, nbytes, slot=slot, previous=previous)
-                )
-            except BaseException as err:  # out of memory, a bad result, interrupted
-                held[slot] = self._restore(index, previous)
-                _explain(err, slot, nbytes, previous, held[slot])
-                return fws.after_failed_growth(old, new, held), err
-            held[slot] = nbytes
-        return new, None
-
-    def _release(self, index: int, slot: Slot) -> None:
-        """Drop slot ``index``'s buffer: its memos first (their views pin it), then the
-        buffer itself (the allocator's adaptors see it go), then the accelerator cache."""
+    def _take(self, index: int) -> torch.Tensor | None:
+        """Slot ``index``'s buffer, taken from it (under the mutex): its memos retire first,
+        their views pin it."""
         self.memos.retire(index)
-        retiring = self.buffers.take(index)
-        if retiring is not None:
-            self.buffers.allocator.release(slot, retiring)
-        del retiring
+        return self.buffers.take(index)
+
+    def _drop(self, slots: list[Slot], retired: list[torch.Tensor | None]) -> None:
+        """Let the old buffers go (with no lock held: freeing memory may run a pool's code):
+        the allocator's adaptors see each go, then the accelerator's cache is emptied."""
+        for i, slot in enumerate(slots):
+            buffer, retired[i] = retired[i], None  # the list holds it no more
+            if buffer is not None:
+                self.buffers.allocator.release(slot, buffer)
+            buffer = None
         if self._device.type != "cpu":
             empty_device_cache(self._device)
-
-    def _restore(self, index: int, capacity: int) -> int:
-        """Allocate ``capacity`` bytes again for slot ``index``; the capacity it holds now."""
-        if capacity == 0:
-            return 0
-        try:
-            self.buffers.install(index, self.buffers.allocate(index, capacity))
-        except BaseException:  # the device is full: the slot stays empty, the error says so
-            return 0
-        return capacity
 
 
 def _explain(err: BaseException, slot: Slot, nbytes: int, previous: int, held: int) -> None:

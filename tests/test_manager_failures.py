@@ -1,10 +1,10 @@
 """A failed growth loses nothing it can keep (issue: faults, races and hostile input, item 3).
 
-The order stays the original's: release the old buffer, empty the cache, allocate. What
-changes is the failure path: a request that can never fit is refused before anything is
-released; ``alloc_context()`` is entered before anything is released; a growth over several
-slots passes every check first; and a real out-of-memory after the release gets the slot its
-old capacity back, drops the retained span and says so.
+The order is the original's: release the old buffer, empty the cache, enter
+``alloc_context()``, allocate. What changes is the failure path: a request that can never
+fit is refused before anything is released; a growth over several slots passes every check
+first; and an allocation (or a context) that fails after the release gets every growing slot
+its old capacity back, drops the retained span and says so.
 """
 
 import contextlib
@@ -127,7 +127,9 @@ def test_an_interrupt_during_allocation_restores_the_slot(monkeypatch):
     assert ws.state.capacity((0, 0)) == 1024 and slot_buffer(ws, (0, 0)).numel() == 1024
 
 
-def test_ubatches_growth_failing_in_the_second_slot_leaves_no_slot_empty(monkeypatch):
+def test_ubatches_growth_failing_in_the_second_slot_leaves_every_slot_in_step(monkeypatch):
+    """A growth over several slots completes or leaves every slot at its old capacity: the
+    first slot's new buffer goes too, so the policy's slots stay in step."""
     ws = workspace("cpu", num_ubatches=2, growth="ubatches")
     ws.get_simultaneous(((4096,), U8))
     flaky = Flaky(ws, limit=10_000)
@@ -140,14 +142,19 @@ def test_ubatches_growth_failing_in_the_second_slot_leaves_no_slot_empty(monkeyp
         return flaky.real(nbytes, *args, **kwargs)
 
     monkeypatch.setattr(allocator_of(ws), "allocate", second_fails)
-    with use_workspace_ubatch(0), pytest.raises(torch.OutOfMemoryError):
+    with use_workspace_ubatch(0), pytest.raises(torch.OutOfMemoryError) as info:
         ws.get_simultaneous(((8192,), U8))
-    assert [s.capacity for s in ws.state.slots] == [8192, 4096]  # not [8192, 0]
-    assert [slot_buffer(ws, (u, 0)).numel() for u in (0, 1)] == [8192, 4096]
+    assert [s.capacity for s in ws.state.slots] == [4096, 4096]  # not [8192, 4096]
+    assert [slot_buffer(ws, (u, 0)).numel() for u in (0, 1)] == [4096, 4096]
     assert [s.high_water for s in ws.state.slots] == [4096, 0]  # the failed call served nothing
+    notes = " ".join(info.value.__notes__)
+    assert "slot (0, 0)" in notes and "slot (1, 0)" in notes
 
 
-def test_every_hook_is_entered_before_a_multi_slot_growth_releases_anything(allocator):
+def test_a_context_that_fails_on_a_multi_slot_growth_keeps_every_slot_in_step(allocator):
+    """``reserve`` over two slots with a context that raises: the built-ins released both
+    old buffers first and get both old capacities back (in step, tails dropped); a
+    callable allocator entered the context before anything was released (nothing changes)."""
     fail = [False]
 
     @contextlib.contextmanager
@@ -168,5 +175,10 @@ def test_every_hook_is_entered_before_a_multi_slot_growth_releases_anything(allo
     ):
         with pytest.raises(RuntimeError, match="pool unavailable"):
             call()
-        assert ws.state is before
-        assert [slot_buffer(ws, (u, 0)) for u in (0, 1)] == buffers
+        if allocator == "callable":
+            assert ws.state is before
+            assert [slot_buffer(ws, (u, 0)) for u in (0, 1)] == buffers
+        else:
+            assert [s.capacity for s in ws.state.slots] == [1024, 512]
+            assert [slot_buffer(ws, (u, 0)).numel() for u in (0, 1)] == [1024, 512]
+            assert all(s.retained is None for s in ws.state.slots)
