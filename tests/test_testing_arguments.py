@@ -1,4 +1,4 @@
-"""The kits' strategies check their arguments when called, naming them.
+"""The kits' strategies and profiles check their arguments when called, naming them.
 
 Hypothesis builds strategies lazily, so without these checks a bad argument surfaces only at
 the first draw, in Hypothesis's words about its own arguments. One table, readable ids.
@@ -6,9 +6,17 @@ the first draw, in Hypothesis's words about its own arguments. One table, readab
 
 import numpy as np
 import pytest
-from hypothesis import find
+from hypothesis import find, settings
 
-from functional_ws.testing import dtypes, keys, shapes, slots, spec_lists, specs
+from functional_ws.testing import (
+    dtypes,
+    keys,
+    register_profiles,
+    shapes,
+    slots,
+    spec_lists,
+    specs,
+)
 
 
 @pytest.mark.parametrize(
@@ -40,12 +48,16 @@ from functional_ws.testing import dtypes, keys, shapes, slots, spec_lists, specs
          r"^spec_lists\(min_size=3, max_size=1\): min_size must not exceed max_size$"),
         (lambda: spec_lists(min_size=-1), ValueError, r"^spec_lists\(min_size=-1\)"),
         (lambda: spec_lists(max_side=-3), ValueError, r"^shapes\(max_side=-3\)"),
+        (lambda: register_profiles(ci="same", dev="same"), ValueError, r"the names must differ"),
+        (lambda: register_profiles(ci=""), TypeError, r"ci must be a profile name"),
+        (lambda: register_profiles(load=3), TypeError, r"load must be a profile name or None"),
     ],
     ids=["slots-zero-ubatches", "slots-negative-lanes", "slots-float", "slots-bool",
          "shapes-negative-dims", "shapes-str-side", "shapes-min-over-max", "keys-empty",
          "keys-a-string", "keys-unhashable", "keys-a-set", "dtypes-empty", "dtypes-a-name",
          "specs-bad-dtype", "specs-negative-dims", "spec-lists-min-over-max",
-         "spec-lists-negative-min", "spec-lists-bad-shape-argument"],
+         "spec-lists-negative-min", "spec-lists-bad-shape-argument", "profiles-same-names",
+         "profiles-empty-name", "profiles-load-not-a-name"],
 )  # fmt: skip
 def test_bad_arguments_are_refused_when_called(call, error, match):
     with pytest.raises(error, match=match):
@@ -57,3 +69,17 @@ def test_good_arguments_still_build_strategies():
     assert find(shapes(min_side=1), lambda shape: len(shape) == 2) == (1, 1)
     assert find(slots(1, 1), lambda slot: True) == (0, 0)
     assert find(keys(["only"]), lambda key: True) == "only"
+
+
+def test_profiles_are_registered_and_loaded_by_name():
+    previous = settings.default
+    try:
+        profiles = register_profiles(ci="kit-ci", dev="kit-dev", load="kit-ci")
+        assert set(profiles) == {"kit-ci", "kit-dev"}
+        assert settings.default.derandomize is True
+        assert settings.default.max_examples == 60
+        assert settings.get_profile("kit-dev").max_examples == 1000
+        assert settings.get_profile("kit-dev").derandomize is False
+    finally:
+        settings.register_profile("restored", previous)
+        settings.load_profile("restored")
