@@ -52,6 +52,7 @@ def test_public_names_are_pinned():
     assert set(interop.testing.__all__) == {
         "DESCRIPTIONS", "MachineConfig", "PROPERTIES", "ReferenceWorkspaceManager",
         "WorkspaceAPI", "WorkspaceAPIMachine", "check_workspace", "make_machine",
+        "no_accelerator_cache", "register_profiles",
     }  # fmt: skip
     assert PROPERTIES == (
         "shapes", "containment", "disjoint", "relative_alignment", "absolute_alignment",

@@ -21,6 +21,9 @@ except ImportError as err:
         name="hypothesis",
     ) from err
 
+from functional_ws.testing import register_profiles as register_profiles
+
+from ._accelerator import no_accelerator_cache as no_accelerator_cache
 from ._check import check_workspace as check_workspace
 from ._check import make_machine as make_machine
 from ._config import MachineConfig as MachineConfig
@@ -39,4 +42,6 @@ __all__ = [
     "WorkspaceAPIMachine",
     "check_workspace",
     "make_machine",
+    "no_accelerator_cache",
+    "register_profiles",
 ]
