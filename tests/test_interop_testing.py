@@ -1,9 +1,10 @@
 """interop.testing: our façade and the original's algorithm pass, planted bugs are caught short.
 
 The original's algorithm (``tests/_managers.py``) keeps only relative alignment, so it fails
-the absolute-alignment property on the CPU and passes every other one. Each planted bug is
-run with only its family selected (plus the family whose calls it needs) and must be
-reported with its symptom after a shrunk sequence of at most five calls.
+the absolute-alignment property on the CPU, and it crashes on a zero-byte request to a slot
+that never grew. Each planted bug is run with only its family selected (plus the family whose
+calls it needs) and must be reported with its symptom after a shrunk sequence of at most five
+calls.
 """
 
 import contextlib
@@ -85,6 +86,32 @@ def test_original_algorithm_passes_all_but_absolute_alignment():
     check_workspace(m.OriginalAlgorithmManager, properties=ALL_BUT_ABSOLUTE, **ORIGINAL_SLOTS)
 
 
+def test_the_zero_byte_crash_is_one_failure_locked_or_not():
+    """With several failures reported (the default), one cause is still one failure."""
+    with pytest.raises(AssertionError, match=r"^get_simultaneous\(\(\(0,\), ") as info:
+        check_workspace(m.LiteralOriginal, properties=ALL_BUT_ABSOLUTE, **ORIGINAL_SLOTS)
+    assert not [n for n in info.value.__notes__ if "distinct failures" in n]
+
+
+class TwoBugs(m.WrongShape, m.FactoryTwice):
+    """Flat views, and a factory called on every request."""
+
+
+def test_distinct_failures_come_as_one_assertion_error_with_the_others_in_its_notes():
+    """Several failures reported (the default): the simplest raised, the others noted."""
+    with pytest.raises(AssertionError, match=r"view \d has shape") as info:
+        check_workspace(TwoBugs, properties=["shapes", "persistent"], settings=_default())
+    notes = info.value.__notes__
+    (summary,) = [i for i, n in enumerate(notes) if "distinct failures" in n]
+    assert notes[summary].startswith("check_workspace found 2 distinct failures")
+    assert notes[summary + 1] == (
+        "- AssertionError: get_persistent_resource('r0', factory) called the factory again "
+        "for a key this slot holds"
+    )
+    steps = notes[summary + 2 :]
+    assert steps and all(n.startswith("    state.get_persistent_resource(") for n in steps)
+
+
 def test_original_algorithm_fails_absolute_alignment_on_cpu():
     err = _fails(
         m.OriginalAlgorithmManager,
@@ -153,10 +180,15 @@ def test_planted_bug_is_caught_with_a_short_example(manager, families, symptom, 
     _fails(manager, symptom, properties=families, **slots)
 
 
-def test_a_managers_own_exception_is_reported_with_the_calls():
+def test_a_managers_own_exception_is_one_failure_naming_the_call():
     """The original slices ``None`` on a zero-byte request to a slot that never grew."""
-    with pytest.raises(TypeError, match="'NoneType' object is not subscriptable") as info:
+    with pytest.raises(AssertionError) as info:
         check_workspace(m.LiteralOriginal, properties=["shapes"], settings=ONE_BUG)
+    assert str(info.value) == (
+        "get_simultaneous(((0,), torch.float16)) raised TypeError: "
+        "'NoneType' object is not subscriptable"
+    )
+    assert isinstance(info.value.__cause__, TypeError)
     (step,) = _steps(info.value)
     assert step.startswith("state.get_simultaneous(")
     assert "get_simultaneous(((0,), torch.float16)): 0 bytes with padding" in info.value.__notes__
@@ -169,12 +201,21 @@ def test_a_managers_own_exception_is_reported_with_the_calls():
          "unknown properties .'alignment'.; valid: shapes, containment, disjoint"),
         ({"num_lanes": 2}, ValueError, "num_lanes=2 needs use_lane"),
         ({"num_ubatches": 2}, ValueError, "num_ubatches=2 needs use_ubatch"),
-        ({"num_lanes": 0}, ValueError, "num_lanes must be an int of at least one, got 0"),
-        ({"num_ubatches": True}, ValueError, "num_ubatches must be an int"),
+        ({"num_lanes": 0}, ValueError, "num_lanes must be at least one, got 0"),
+        ({"num_ubatches": True}, TypeError, "num_ubatches must be an int, got True"),
+        ({"num_lanes": 2.0}, TypeError, "num_lanes must be an int, got 2.0"),
         ({"factory": "manager"}, TypeError, "factory must be callable"),
+        ({"num_lanes": 2, "use_lane": "lane"}, TypeError,
+         "use_lane must be None or callable as use_lane.i., .* got 'lane'"),
+        ({"properties": 3}, TypeError, "properties must be None or an iterable of names, got 3"),
+        ({"properties": ["intact", 3]}, TypeError, "properties must be names .strings., got 3"),
+        ({"settings": {"max_examples": 5}}, TypeError,
+         "settings must be None or a hypothesis.settings, got .'max_examples': 5."),
     ],
     ids=["unknown-property", "lanes-without-selector", "ubatches-without-selector",
-         "zero-lanes", "bool-ubatches", "factory-not-callable"],
+         "zero-lanes", "bool-ubatches", "float-lanes", "factory-not-callable",
+         "selector-not-callable", "properties-not-iterable", "property-not-a-name",
+         "settings-not-settings"],
 )  # fmt: skip
 def test_bad_arguments_are_refused_by_name(kwargs, error, match):
     kwargs = {"factory": m.OriginalAlgorithmManager, **kwargs}

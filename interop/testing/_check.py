@@ -1,21 +1,30 @@
 """The one-line runner: configure the machine for a manager and run it under Hypothesis.
 
 The machine takes its configuration in its constructor; :func:`check_workspace` runs
-``run_state_machine_as_test(lambda: WorkspaceAPIMachine(config))``, and :func:`make_machine`
-binds a configuration to a class for a test module that collects its ``TestCase``.
+``run_state_machine_as_test(lambda: WorkspaceAPIMachine(config))`` and reports the simplest
+of the distinct failures Hypothesis found as one ``AssertionError`` (the others in its
+notes), and :func:`make_machine` binds a configuration to a class for a test module that
+collects its ``TestCase``.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable
 
 import hypothesis
 from hypothesis import Phase
+from hypothesis.errors import Flaky
 from hypothesis.stateful import run_state_machine_as_test
 
 from ._config import MachineConfig, ManagerFactory, SlotSelector
 from ._machine import WorkspaceAPIMachine
 from ._properties import select_properties
+
+if sys.version_info >= (3, 11):
+    from builtins import BaseExceptionGroup
+else:  # Hypothesis depends on the backport there
+    from exceptiongroup import BaseExceptionGroup
 
 
 def make_machine(
@@ -41,7 +50,8 @@ def make_machine(
     Raises:
         ValueError: an unknown property name (the message lists the valid ones), a count
             below one, or more than one ubatch (lane) without ``use_ubatch`` (``use_lane``).
-        TypeError: ``factory`` is not callable.
+        TypeError: ``factory`` or a selector is not callable, a count is not an int,
+            ``properties`` not names.
 
     Example:
         >>> import interop
@@ -88,15 +98,21 @@ def check_workspace(
             manager that deliberately differs leaves a family out (say why in a comment).
         settings: Hypothesis settings, used as given; ``None`` uses the loaded profile
             without Hypothesis's explain phase (it only names the kit's own lines, and made
-            reporting a planted bug about three times slower).
+            reporting a planted bug about three times slower). See
+            :func:`functional_ws.testing.register_profiles` for the ``ci`` and ``dev``
+            profiles.
 
     Raises:
-        AssertionError: a property failed; the shrunk calls, with a note per call, are in
-            the exception's notes (``__notes__``). An exception the manager raised is
-            re-raised the same way, and several distinct failures come as an
-            ``ExceptionGroup`` when the settings' ``report_multiple_bugs`` is on.
+        AssertionError: a property failed, or the manager raised where it must not (the
+            message names the call; the manager's exception is its ``__cause__``). The
+            shrunk calls, with a note per call, are in the exception's notes
+            (``__notes__``). When Hypothesis found several distinct failures
+            (``report_multiple_bugs``, on by default), the simplest is raised and the
+            others, each shrunk, are summarised in its notes. A ``hypothesis.errors.Flaky``
+            failure (one that did not replay) is raised as Hypothesis raises it.
         ValueError: an unknown property name, a bad count, or a missing selector.
-        TypeError: ``factory`` is not callable.
+        TypeError: ``factory`` or a selector is not callable, a count is not an int,
+            ``properties`` not names, ``settings`` not a ``hypothesis.settings``.
 
     Example:
         >>> import interop
@@ -109,11 +125,60 @@ def check_workspace(
         ... )
     """
     config = _config(factory, num_ubatches, num_lanes, use_lane, use_ubatch, properties)
-    # Hypothesis documents any zero-argument factory here; its annotation says a class.
-    run_state_machine_as_test(
-        lambda: WorkspaceAPIMachine(config),  # type: ignore[arg-type]
-        settings=_default() if settings is None else settings,
-    )
+    if settings is not None and not isinstance(settings, hypothesis.settings):
+        raise TypeError(
+            f"settings must be None or a hypothesis.settings, got {settings!r}: e.g. "
+            "settings=hypothesis.settings(max_examples=50)."
+        )
+    failure: BaseException | None = None
+    try:
+        # Hypothesis documents any zero-argument factory here; its annotation says a class.
+        run_state_machine_as_test(
+            lambda: WorkspaceAPIMachine(config),  # type: ignore[arg-type]
+            settings=_default() if settings is None else settings,
+        )
+    except BaseExceptionGroup as group:
+        if isinstance(group, Flaky):
+            raise
+        failure = one_failure(group)
+    if failure is not None:  # raised outside the handler: the group is not its context
+        raise failure
+
+
+def one_failure(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """The simplest of Hypothesis's distinct failures, the others summarised in its notes.
+
+    Hypothesis orders the failures it reports simplest last (by the size of their shrunk
+    examples), the order in which it keeps one when ``report_multiple_bugs`` is off.
+
+    Args:
+        group: the ``ExceptionGroup`` Hypothesis raised.
+
+    Returns:
+        Its last exception, with a note per other failure: its first line and shrunk calls.
+
+    Example:
+        >>> group = BaseExceptionGroup("2 failures", [KeyError("x"), AssertionError("y")])
+        >>> err = one_failure(group)
+        >>> err, err.__notes__[0]
+        (AssertionError('y'), 'check_workspace found 2 distinct failures; the simplest is above...')
+    """
+    *others, simplest = group.exceptions
+    notes = [
+        f"check_workspace found {len(group.exceptions)} distinct failures; the simplest is "
+        "above, and the others were, each shrunk on its own:"
+    ]
+    for other in reversed(others):
+        first = (str(other).splitlines() or [""])[0]
+        notes.append(f"- {type(other).__name__}: {first}")
+        skip = ("state.new_manager()", "state.teardown()")
+        steps = [
+            n for n in getattr(other, "__notes__", []) if n.startswith("state.") and n not in skip
+        ]
+        notes += [f"    {step}" for step in steps]
+    # BaseException.add_note is Python 3.11's; the attribute is what it sets.
+    simplest.__notes__ = [*getattr(simplest, "__notes__", []), *notes]
+    return simplest
 
 
 def _config(

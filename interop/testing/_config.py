@@ -67,7 +67,8 @@ class MachineConfig:
             and the core's own error class for every refusal.
 
     Raises:
-        TypeError: ``factory`` or ``core_state`` is not callable.
+        TypeError: ``factory``, ``core_state``, ``use_lane`` or ``use_ubatch`` is not
+            callable, a count is not an int, or ``properties`` not an iterable of strings.
         ValueError: an unknown property, a count below one, or more than one ubatch (lane)
             without ``use_ubatch`` (``use_lane``).
 
@@ -94,6 +95,13 @@ class MachineConfig:
                 f"factory must be callable as factory(num_ubatches, num_lanes), got "
                 f"{self.factory!r}."
             )
+        for name in ("use_lane", "use_ubatch"):
+            selector = getattr(self, name)
+            if selector is not None and not callable(selector):
+                raise TypeError(
+                    f"{name} must be None or callable as {name}(i), returning a context "
+                    f"manager that selects it, got {selector!r}."
+                )
         if self.core_state is not None and not callable(self.core_state):
             raise TypeError(
                 f"core_state must be callable as core_state(manager), returning its "
@@ -104,8 +112,10 @@ class MachineConfig:
         object.__setattr__(self, "properties", select_properties(self.properties))
         for name, selector in (("num_ubatches", "use_ubatch"), ("num_lanes", "use_lane")):
             count = getattr(self, name)
-            if not isinstance(count, int) or isinstance(count, bool) or count < 1:
-                raise ValueError(f"{name} must be an int of at least one, got {count!r}.")
+            if not isinstance(count, int) or isinstance(count, bool):
+                raise TypeError(f"{name} must be an int, got {count!r}.")
+            if count < 1:
+                raise ValueError(f"{name} must be at least one, got {count!r}.")
             if count > 1 and getattr(self, selector) is None:
                 raise ValueError(
                     f"{name}={count} needs {selector}: a function of the index returning a "

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Hashable
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 from hypothesis import note
@@ -139,11 +139,16 @@ class WorkspaceAPIMachine(RuleBasedStateMachine):
         otherwise began with a repeated harmless call or two).
         """
         cfg = self.cfg
-        note(f"factory({cfg.num_ubatches}, {cfg.num_lanes}) makes the manager")
-        self.manager = cfg.factory(cfg.num_ubatches, cfg.num_lanes)
+        call = f"factory({cfg.num_ubatches}, {cfg.num_lanes})"
+        note(f"{call} makes the manager")
+        try:
+            self.manager = cfg.factory(cfg.num_ubatches, cfg.num_lanes)
+            locked = "locked" in self.properties and bool(self.manager.is_locked())
+        except Exception as err:
+            failed(f"{call} (or is_locked() on what it made)", err)
         if cfg.core_state is not None:
             self.mirror = CoreMirror(cfg.core_state(self.manager))
-        self.model.locked = "locked" in self.properties and bool(self.manager.is_locked())
+        self.model.locked = locked
 
     # ----- calling the manager -----
 
@@ -192,21 +197,13 @@ class WorkspaceAPIMachine(RuleBasedStateMachine):
             self.tracks[self.model.index(slot)].regrown = True
 
     def _raised(self, call: str, need: int | None, err: Exception) -> None:
-        """The manager raised: re-raise unless it is a refusal the locked family expects."""
-        if isinstance(err, AssertionError):
-            note(f"  -> raised AssertionError: {err}")
-            if not self.model.locked:
-                raise err
+        """The manager raised: a failure naming the call, unless it is a locked refusal."""
+        note(f"  -> raised {type(err).__name__}: {err}")
+        if isinstance(err, AssertionError) and self.model.locked:
             if need is None:
                 raise AssertionError(f"{call} was refused while locked; it needs nothing") from err
             return
-        note(f"  -> raised {type(err).__name__}: {err}")
-        if self.model.locked and "locked" in self.properties:
-            raise AssertionError(
-                f"{call} raised {type(err).__name__} while locked; a locked manager "
-                "refuses with AssertionError, as the original does"
-            ) from err
-        raise err
+        failed(call, err, locked=self.model.locked)
 
     def _expect_refusal(
         self,
@@ -518,8 +515,12 @@ class WorkspaceAPIMachine(RuleBasedStateMachine):
     def lock(self) -> None:
         note("lock()")
         plan = self._plan("lock()", fws.lock)
-        self.manager.lock()
-        assert self.manager.is_locked() is True, "is_locked() is not True after lock()"
+        try:
+            self.manager.lock()
+            now = self.manager.is_locked()
+        except Exception as err:
+            failed("lock() (or is_locked() after it)", err)
+        assert now is True, f"is_locked() is {now!r} after lock(), not True"
         self.model.locked = True
         self.lock_serial += 1
         if plan is not None:
@@ -530,8 +531,12 @@ class WorkspaceAPIMachine(RuleBasedStateMachine):
     def unlock(self) -> None:
         note("unlock()")
         plan = self._plan("unlock()", fws.unlock)
-        self.manager.unlock()
-        assert self.manager.is_locked() is False, "is_locked() is not False after unlock()"
+        try:
+            self.manager.unlock()
+            now = self.manager.is_locked()
+        except Exception as err:
+            failed("unlock() (or is_locked() after it)", err)
+        assert now is False, f"is_locked() is {now!r} after unlock(), not False"
         self.model.locked = False
         if plan is not None:
             self.commit(plan)
@@ -553,9 +558,12 @@ class WorkspaceAPIMachine(RuleBasedStateMachine):
         self.addresses.clear()
         if problem is None:
             cfg = self.cfg
-            problem = misaligned_view(
-                cfg.factory, cfg.num_ubatches, cfg.num_lanes, cfg.select, log=note
-            )
+            try:
+                problem = misaligned_view(
+                    cfg.factory, cfg.num_ubatches, cfg.num_lanes, cfg.select, log=note
+                )
+            except Exception as err:
+                failed("the absolute-alignment check's fresh managers", err)
         # One assertion for both: a failure must replay at the same line, whichever view the
         # allocator's luck picks (Hypothesis tells failures apart by where they are raised).
         assert problem is None, problem
@@ -664,6 +672,21 @@ class WorkspaceAPIMachine(RuleBasedStateMachine):
                     f"{after}byte {k} of the tensor {record.call} returned changed "
                     f"({record.pattern[k]:#04x} -> {now[k]:#04x})"
                 )
+
+
+def failed(call: str, err: BaseException, *, locked: bool = False) -> NoReturn:
+    """The manager raised where it must not: one ``AssertionError`` naming the call.
+
+    Raised from this one line with the manager's exception as its cause, so that Hypothesis
+    counts one cause as one failure, locked or not.
+    """
+    said = f"{call} raised {type(err).__name__}"
+    if locked and not isinstance(err, AssertionError):
+        said += f" while locked: {err}; a locked manager refuses with AssertionError, as the "
+        said += "original does"
+    else:
+        said += f": {err}"
+    raise AssertionError(said) from err
 
 
 def _nbytes(spec: Spec) -> int:

@@ -36,6 +36,7 @@ def select_properties(names: Iterable[str] | None) -> frozenset[str]:
         The selected names.
 
     Raises:
+        TypeError: ``names`` is not an iterable of strings.
         ValueError: an unknown name; the message lists the valid ones.
 
     Example:
@@ -48,7 +49,13 @@ def select_properties(names: Iterable[str] | None) -> frozenset[str]:
     """
     if names is None:
         return frozenset(PROPERTIES)
-    chosen = frozenset([names] if isinstance(names, str) else names)
+    try:
+        chosen = frozenset([names] if isinstance(names, str) else names)
+    except TypeError:
+        raise TypeError(f"properties must be None or an iterable of names, got {names!r}") from None
+    wrong = [name for name in chosen if not isinstance(name, str)]
+    if wrong:
+        raise TypeError(f"properties must be names (strings), got {wrong[0]!r} in {names!r}")
     unknown = sorted(chosen - set(PROPERTIES))
     if unknown:
         raise ValueError(f"unknown properties {unknown}; valid: {', '.join(PROPERTIES)}")
