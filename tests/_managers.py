@@ -211,4 +211,7 @@ class PersistentInScratch(OriginalAlgorithmManager):
             view = buffer[:nbytes].view(dtype).reshape(shape)
             return view.zero_() if zero_init else view
 
-        return self.get_persistent_resource((torch.Tensor, key), carve)  # type: ignore[no-any-return]
+        tensor = self.get_persistent_resource((torch.Tensor, key), carve)
+        if tensor.shape != shape or tensor.dtype != dtype:
+            raise ValueError(f"Persistent workspace {key!r} has another shape or dtype.")
+        return tensor  # type: ignore[no-any-return]

@@ -8,15 +8,17 @@ import textwrap
 from pathlib import Path
 
 
-def pytest_user_module(folder: Path, source: str) -> subprocess.CompletedProcess[str]:
+def pytest_user_module(
+    folder: Path, source: str, *options: str
+) -> subprocess.CompletedProcess[str]:
     """Write ``source`` (dedented) to ``folder/test_mine.py`` and run pytest on it there.
 
     A ``PytestCollectionWarning`` is an error: a kit class that pytest tries to collect as a
-    test fails the run, as it would annoy the user.
+    test fails the run, as it would annoy the user. ``options`` go to pytest as they are.
     """
     (folder / "test_mine.py").write_text(textwrap.dedent(source))
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-W",
-         "error::pytest.PytestCollectionWarning", "test_mine.py"],
+         "error::pytest.PytestCollectionWarning", *options, "test_mine.py"],
         cwd=folder, capture_output=True, text=True, timeout=300,
     )  # fmt: skip

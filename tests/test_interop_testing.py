@@ -2,9 +2,10 @@
 
 The original's algorithm (``tests/_managers.py``) keeps only relative alignment, so it fails
 the absolute-alignment property on the CPU, and it crashes on a zero-byte request to a slot
-that never grew. Each planted bug is run with only its family selected (plus the family whose
-calls it needs) and must be reported with its symptom after a shrunk sequence of at most five
-calls.
+that never grew; with ``empty_requests=False`` it passes every other family. Each planted
+bug is run with only its family selected (plus the family whose calls it needs) and must be
+reported with its symptom after a shrunk sequence of at most five calls. The mutation score
+over copies of the original is ``test_kit_mutants.py``'s.
 """
 
 import contextlib
@@ -86,6 +87,13 @@ def test_original_algorithm_passes_all_but_absolute_alignment():
     check_workspace(m.OriginalAlgorithmManager, properties=ALL_BUT_ABSOLUTE, **ORIGINAL_SLOTS)
 
 
+def test_the_literal_original_passes_all_but_absolute_alignment_without_empty_requests():
+    """The README's claim, as written: the reference exactly, zero-byte crash and all."""
+    check_workspace(
+        m.LiteralOriginal, properties=ALL_BUT_ABSOLUTE, empty_requests=False, **ORIGINAL_SLOTS
+    )
+
+
 def test_the_zero_byte_crash_is_one_failure_locked_or_not():
     """With several failures reported (the default), one cause is still one failure."""
     with pytest.raises(AssertionError, match=r"^get_simultaneous\(\(\(0,\), ") as info:
@@ -105,7 +113,7 @@ def test_distinct_failures_come_as_one_assertion_error_with_the_others_in_its_no
     (summary,) = [i for i, n in enumerate(notes) if "distinct failures" in n]
     assert notes[summary].startswith("check_workspace found 2 distinct failures")
     assert notes[summary + 1] == (
-        "- AssertionError: get_persistent_resource('r0', factory) called the factory again "
+        "- AssertionError: get_persistent_resource('k0', factory) called the factory again "
         "for a key this slot holds"
     )
     steps = notes[summary + 2 :]
@@ -209,13 +217,14 @@ def test_a_managers_own_exception_is_one_failure_naming_the_call():
          "use_lane must be None or callable as use_lane.i., .* got 'lane'"),
         ({"properties": 3}, TypeError, "properties must be None or an iterable of names, got 3"),
         ({"properties": ["intact", 3]}, TypeError, "properties must be names .strings., got 3"),
+        ({"empty_requests": 0}, TypeError, "empty_requests must be True or False, got 0"),
         ({"settings": {"max_examples": 5}}, TypeError,
          "settings must be None or a hypothesis.settings, got .'max_examples': 5."),
     ],
     ids=["unknown-property", "lanes-without-selector", "ubatches-without-selector",
          "zero-lanes", "bool-ubatches", "float-lanes", "factory-not-callable",
          "selector-not-callable", "properties-not-iterable", "property-not-a-name",
-         "settings-not-settings"],
+         "empty-requests-not-bool", "settings-not-settings"],
 )  # fmt: skip
 def test_bad_arguments_are_refused_by_name(kwargs, error, match):
     kwargs = {"factory": m.OriginalAlgorithmManager, **kwargs}
@@ -265,6 +274,22 @@ def test_rules_of_families_left_out_do_not_run(properties, expected):
     assert called == expected
 
 
+def test_statistics_say_what_the_runs_exercised():
+    texts = []
+    check_workspace(
+        m.OriginalAlgorithmManager,
+        properties=ALL_BUT_ABSOLUTE,
+        settings=QUICK,
+        statistics=texts.append,
+        **ORIGINAL_SLOTS,
+    )
+    (text,) = texts
+    for event in ("get_retained calls: ", "growths: ", "requests reaching into a retained span",
+                  "get_retained calls that must be intact", "refusals while locked: "):  # fmt: skip
+        assert event in text, text
+    assert max(len(line) for line in text.splitlines()) < 120, text
+
+
 def test_without_hypothesis_the_kit_says_what_to_install():
     code = IMPORT_WITHOUT_HYPOTHESIS.format(package="interop.testing")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
@@ -298,7 +323,10 @@ USER_MODULE = """
 
 
 def test_a_users_test_module_collects_and_runs_cleanly(tmp_path):
-    """``check_workspace`` in a test, ``make_machine(...).TestCase``: no collection warning."""
-    done = pytest_user_module(tmp_path, USER_MODULE)
+    """``check_workspace`` in a test, ``make_machine(...).TestCase``: no collection warning,
+    and pytest's statistics show what the ``TestCase`` exercised, in short lines."""
+    done = pytest_user_module(tmp_path, USER_MODULE, "--hypothesis-show-statistics")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "2 passed" in done.stdout and "warning" not in done.stdout.lower(), done.stdout
+    assert "get_simultaneous calls: " in done.stdout, done.stdout
+    assert max(len(line) for line in done.stdout.splitlines()) < 120, done.stdout

@@ -9,13 +9,15 @@ collects its ``TestCase``.
 
 from __future__ import annotations
 
+import contextlib
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import hypothesis
 from hypothesis import Phase
 from hypothesis.errors import Flaky
 from hypothesis.stateful import run_state_machine_as_test
+from hypothesis.statistics import collector, describe_statistics
 
 from ._config import MachineConfig, ManagerFactory, SlotSelector
 from ._machine import WorkspaceAPIMachine
@@ -35,6 +37,7 @@ def make_machine(
     use_lane: SlotSelector | None = None,
     use_ubatch: SlotSelector | None = None,
     properties: Iterable[str] | None = None,
+    empty_requests: bool = True,
 ) -> type[WorkspaceAPIMachine]:
     """A :class:`WorkspaceAPIMachine` subclass whose constructor takes no arguments.
 
@@ -51,14 +54,16 @@ def make_machine(
         ValueError: an unknown property name (the message lists the valid ones), a count
             below one, or more than one ubatch (lane) without ``use_ubatch`` (``use_lane``).
         TypeError: ``factory`` or a selector is not callable, a count is not an int,
-            ``properties`` not names.
+            ``properties`` not names, ``empty_requests`` not a bool.
 
     Example:
         >>> import interop
         >>> Machine = make_machine(lambda u, l: interop.WorkspaceManager("cpu", u, l))
         >>> TestFacade = Machine.TestCase  # collect this in a test module
     """
-    config = _config(factory, num_ubatches, num_lanes, use_lane, use_ubatch, properties)
+    config = _config(
+        factory, num_ubatches, num_lanes, use_lane, use_ubatch, properties, empty_requests
+    )
 
     class ConfiguredMachine(WorkspaceAPIMachine):
         def __init__(self) -> None:
@@ -75,14 +80,19 @@ def check_workspace(
     use_lane: SlotSelector | None = None,
     use_ubatch: SlotSelector | None = None,
     properties: Iterable[str] | None = None,
+    empty_requests: bool = True,
     settings: hypothesis.settings | None = None,
+    statistics: Callable[[str], object] | None = None,
 ) -> None:
     """Check a manager with the original ``WorkspaceManager`` API against the kit's properties.
 
     Hypothesis drives fresh managers through random calls in random slots, with real bytes
     (patterns in retained spans and persistent tensors, scribbles over scratch views), and
     checks the selected property families after every call. A failure is shrunk to a short
-    call sequence and raised with a note per call.
+    call sequence and raised with a note per call. Besides random calls, rules aim at the
+    retained span's boundaries: requests ending just before, at and just past its start,
+    growth by less than the alignment, the span asked for again with the same key and
+    another size or by another key.
 
     Args:
         factory: ``factory(num_ubatches, num_lanes)`` returns a fresh manager with
@@ -96,11 +106,21 @@ def check_workspace(
         use_ubatch: ``use_ubatch(i)`` likewise for ubatches.
         properties: names of the families to check (:data:`PROPERTIES`), default all. A
             manager that deliberately differs leaves a family out (say why in a comment).
+        empty_requests: ``False`` makes no ``get_simultaneous`` request of zero bytes in
+            all. vLLM's original raises ``TypeError`` on one to a slot that never grew; the
+            default finds that, and ``False`` looks past it for other bugs.
         settings: Hypothesis settings, used as given; ``None`` uses the loaded profile
             without Hypothesis's explain phase (it only names the kit's own lines, and made
             reporting a planted bug about three times slower). See
             :func:`functional_ws.testing.register_profiles` for the ``ci`` and ``dev``
             profiles.
+        statistics: called once with Hypothesis's statistics of the run (``print``, or a
+            list's ``append``): the text ``pytest --hypothesis-show-statistics`` prints for
+            a ``@given`` test, which it cannot show for this call. Its events say what the
+            runs exercised: calls of each kind, growths, requests reaching into a retained
+            span or ending at its start, ``get_retained`` answers checked, refusals while
+            locked (the ``make_machine(...).TestCase`` form shows them under pytest's
+            option).
 
     Raises:
         AssertionError: a property failed, or the manager raised where it must not (the
@@ -112,7 +132,8 @@ def check_workspace(
             failure (one that did not replay) is raised as Hypothesis raises it.
         ValueError: an unknown property name, a bad count, or a missing selector.
         TypeError: ``factory`` or a selector is not callable, a count is not an int,
-            ``properties`` not names, ``settings`` not a ``hypothesis.settings``.
+            ``properties`` not names, ``empty_requests`` not a bool, ``settings`` not a
+            ``hypothesis.settings``.
 
     Example:
         >>> import interop
@@ -124,19 +145,27 @@ def check_workspace(
         ...     settings=settings(max_examples=5, stateful_step_count=10),
         ... )
     """
-    config = _config(factory, num_ubatches, num_lanes, use_lane, use_ubatch, properties)
+    config = _config(
+        factory, num_ubatches, num_lanes, use_lane, use_ubatch, properties, empty_requests
+    )
     if settings is not None and not isinstance(settings, hypothesis.settings):
         raise TypeError(
             f"settings must be None or a hypothesis.settings, got {settings!r}: e.g. "
             "settings=hypothesis.settings(max_examples=50)."
         )
+    if statistics is not None and not callable(statistics):
+        raise TypeError(
+            f"statistics must be None or callable with the statistics' text (e.g. print), "
+            f"got {statistics!r}."
+        )
     failure: BaseException | None = None
     try:
-        # Hypothesis documents any zero-argument factory here; its annotation says a class.
-        run_state_machine_as_test(
-            lambda: WorkspaceAPIMachine(config),  # type: ignore[arg-type]
-            settings=_default() if settings is None else settings,
-        )
+        with _reporting(statistics):
+            # Hypothesis documents any zero-argument factory here; its annotation says a class.
+            run_state_machine_as_test(
+                lambda: WorkspaceAPIMachine(config),  # type: ignore[arg-type]
+                settings=_default() if settings is None else settings,
+            )
     except BaseExceptionGroup as group:
         if isinstance(group, Flaky):
             raise
@@ -181,6 +210,16 @@ def one_failure(group: BaseExceptionGroup[BaseException]) -> BaseException:
     return simplest
 
 
+def _reporting(
+    statistics: Callable[[str], object] | None,
+) -> contextlib.AbstractContextManager[None]:
+    """Hand Hypothesis's statistics of the run to ``statistics`` (nothing if ``None``)."""
+    if statistics is None:
+        return contextlib.nullcontext()
+    # The pytest plugin's hook for its --hypothesis-show-statistics (typed there as None).
+    return collector.with_value(lambda stats: statistics(describe_statistics(stats)))  # type: ignore[arg-type]
+
+
 def _config(
     factory: ManagerFactory,
     num_ubatches: int,
@@ -188,9 +227,18 @@ def _config(
     use_lane: SlotSelector | None,
     use_ubatch: SlotSelector | None,
     properties: Iterable[str] | None,
+    empty_requests: bool,
 ) -> MachineConfig:
     chosen = select_properties(properties)
-    return MachineConfig(factory, num_ubatches, num_lanes, use_lane, use_ubatch, chosen)
+    return MachineConfig(
+        factory,
+        num_ubatches,
+        num_lanes,
+        use_lane,
+        use_ubatch,
+        chosen,
+        empty_requests=empty_requests,
+    )
 
 
 def _default() -> hypothesis.settings:

@@ -65,10 +65,14 @@ class MachineConfig:
             that the manager carries them out: the same state after every call, every view
             at the offset the core planned from one base per buffer, the same ``intact``,
             and the core's own error class for every refusal.
+        empty_requests: whether ``get_simultaneous`` is asked for zero bytes in all (the
+            original crashes on one to a slot that never grew: a real bug, found by
+            default; ``False`` makes no such request, to look past it).
 
     Raises:
         TypeError: ``factory``, ``core_state``, ``use_lane`` or ``use_ubatch`` is not
-            callable, a count is not an int, or ``properties`` not an iterable of strings.
+            callable, a count is not an int, ``empty_requests`` not a bool, or
+            ``properties`` not an iterable of strings.
         ValueError: an unknown property, a count below one, or more than one ubatch (lane)
             without ``use_ubatch`` (``use_lane``).
 
@@ -88,6 +92,7 @@ class MachineConfig:
     use_ubatch: SlotSelector | None = None
     properties: frozenset[str] = dataclasses.field(default_factory=lambda: select_properties(None))
     core_state: StateReader | None = None
+    empty_requests: bool = True
 
     def __post_init__(self) -> None:
         if not callable(self.factory):
@@ -102,6 +107,8 @@ class MachineConfig:
                     f"{name} must be None or callable as {name}(i), returning a context "
                     f"manager that selects it, got {selector!r}."
                 )
+        if not isinstance(self.empty_requests, bool):
+            raise TypeError(f"empty_requests must be True or False, got {self.empty_requests!r}.")
         if self.core_state is not None and not callable(self.core_state):
             raise TypeError(
                 f"core_state must be callable as core_state(manager), returning its "

@@ -34,10 +34,12 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 import functional_ws as fws
 from functional_ws.testing import WorkspaceModel, keys, slots, spec_lists, specs
 
+from ._aims import Aims, Slot, round_down
 from ._config import MachineConfig, Spec, format_spec
 from ._memory import Buffer, first_difference, nbytes_of, read, view_bytes, write
 from ._mirror import CoreMirror, Plan
 from ._probe import ALIGNMENT, misaligned_view
+from ._stats import Exercised, forget_rule_retries
 from ._tracking import PersistentTensor, Range, Resource, SlotTrack, overlap
 
 #: Dtypes of scratch requests: 1, 2, 4 and 8-byte items.
@@ -49,8 +51,28 @@ SCRATCH_DTYPES: tuple[torch.dtype, ...] = (
     torch.float32,
     torch.float64,
 )
-#: Shapes and dtypes of persistent tensors (two, so a changed spec is tried).
-PERSISTENT_SPECS: tuple[Spec, ...] = (((4,), torch.float32), ((2, 3), torch.int8))
+#: Shapes and dtypes of persistent tensors: a changed spec is tried, with the same shape and
+#: another dtype, and the same dtype and another shape.
+PERSISTENT_SPECS: tuple[Spec, ...] = (
+    ((4,), torch.float32),
+    ((2, 3), torch.int8),
+    ((4,), torch.int32),
+    ((6,), torch.int8),
+)
+#: Keys of persistent tensors and resources: one pool, so a manager that keys both alike (a
+#: tensor's key colliding with a resource's) is caught.
+PERSISTENT_KEYS: tuple[str, ...] = ("k0", "k1")
+#: Keys of retained spans.
+RETAINED_KEYS: tuple[str, ...] = ("a", "b", "c")
+#: The methods the machine calls, as its statistics count them.
+METHODS: tuple[str, ...] = (
+    "get_simultaneous",
+    "get_retained",
+    "get_persistent",
+    "get_persistent_resource",
+    "lock",
+    "unlock",
+)
 
 #: Retained spans by slot index: their buffer, start and real bytes.
 Snapshot = dict[int, tuple[Buffer, int, bytes]]
@@ -67,18 +89,30 @@ COMMON_RETAINED: tuple[Spec, ...] = (((4,), torch.int8), ((2, 3), torch.float32)
 
 #: A slot of the configured workspace (the running machine builds the strategy).
 _slot = st.runner().flatmap(lambda machine: machine.slot_choices)
-_scratch = st.sampled_from(COMMON_REQUESTS) | spec_lists(
+_SCRATCH = st.sampled_from(COMMON_REQUESTS) | spec_lists(
     min_size=1, max_size=3, dtype_pool=SCRATCH_DTYPES, max_dims=2
 )
+#: ``get_simultaneous`` requests: the configured machine says whether a request of zero
+#: bytes may be made.
+_scratch = st.runner().flatmap(lambda machine: machine.scratch_choices)
 # Retained spans are never empty: an empty view has no address (its data_ptr() is 0).
-_retained = st.sampled_from(COMMON_RETAINED) | specs(dtype_pool=SCRATCH_DTYPES, max_dims=2).filter(
-    lambda s: _nbytes(s) > 0
+_retained = st.sampled_from(COMMON_RETAINED) | specs(
+    dtype_pool=SCRATCH_DTYPES, max_dims=2, min_side=1
 )
 
 
 def _selected(family: str) -> Callable[[WorkspaceAPIMachine], bool]:
     """A precondition: the rule runs only when ``family`` is selected."""
     return lambda machine: family in machine.properties
+
+
+def _intact(machine: WorkspaceAPIMachine) -> bool:
+    return "intact" in machine.properties
+
+
+def _aimed(build: Callable[[Aims], st.SearchStrategy[Any]]) -> st.SearchStrategy[Any]:
+    """Arguments the running machine's :class:`Aims` build (see the aimed rules)."""
+    return st.runner().flatmap(lambda machine: build(machine.aims))
 
 
 class WorkspaceAPIMachine(RuleBasedStateMachine):
@@ -121,10 +155,22 @@ class WorkspaceAPIMachine(RuleBasedStateMachine):
         self.cfg = config
         self.properties = config.properties
         self.slot_choices = slots(config.num_ubatches, config.num_lanes)
+        self.scratch_choices = (
+            _SCRATCH if config.empty_requests else _SCRATCH.map(_without_empty_request)
+        )
+        self.stats = Exercised()
         self.manager: Any = None  # made by the first step, new_manager
         self.mirror: CoreMirror | None = None
         self.model = WorkspaceModel(config.num_ubatches, config.num_lanes, ALIGNMENT, "slot")
         self.tracks = [SlotTrack() for _ in config.slots]
+        self.aims = Aims(
+            config.slots,
+            self.tracks,
+            self.model,
+            SCRATCH_DTYPES,
+            RETAINED_KEYS,
+            0 if config.empty_requests else ALIGNMENT,
+        )
         self.epoch = 0  # buffers seen to change while unlocked
         self.lock_serial = 0  # lock() calls
         self.made = 0  # persistent resources made by the machine's factories
@@ -202,6 +248,7 @@ class WorkspaceAPIMachine(RuleBasedStateMachine):
         if isinstance(err, AssertionError) and self.model.locked:
             if need is None:
                 raise AssertionError(f"{call} was refused while locked; it needs nothing") from err
+            self.stats.refusals += 1
             return
         failed(call, err, locked=self.model.locked)
 
@@ -221,6 +268,7 @@ class WorkspaceAPIMachine(RuleBasedStateMachine):
                 fn()
         except kind as err:
             note(f"  -> refused as expected: {type(err).__name__}: {err}")
+            self.stats.refusals += kind is AssertionError
             if plan is not None:
                 CoreMirror.check_refusal(plan, err)
         except Exception as err:
@@ -325,6 +373,7 @@ class WorkspaceAPIMachine(RuleBasedStateMachine):
             )
         if not locked:
             self.epoch += 1
+        self.stats.growths += 1
         buffer = Buffer.of(storage, self.epoch, self.lock_serial if locked else None)
         track.new_buffer(buffer, need)
         self.model.slots[index].reallocate(storage.nbytes())
@@ -366,15 +415,104 @@ class WorkspaceAPIMachine(RuleBasedStateMachine):
             shared = overlap(mine[:2], theirs[:2])
             assert not shared, f"{mine[2]} overlaps {theirs[2]} ({shared} bytes)"
 
-    # ----- scratch rules -----
+    # ----- scratch and retained rules -----
 
     @rule(slot=_slot, request=_scratch)
     def get_simultaneous(self, slot: tuple[int, int], request: list[Spec]) -> None:
+        self._scratch(slot, request)
+
+    @precondition(_selected("intact"))
+    @rule(slot=_slot, key=keys(RETAINED_KEYS), spec=_retained)
+    def get_retained(self, slot: tuple[int, int], key: Hashable, spec: Spec) -> None:
+        self._retain(slot, key, spec)
+
+    # Aimed rules: each draws its arguments from what the machine saw of the slots
+    # (self.aims), so the requests that decide the retained span's invariants are made often:
+    # Hypothesis picks among the rules whose preconditions hold, and swarm-tests subsets.
+
+    @precondition(lambda self: _intact(self) and bool(self.aims.near_start_slots(False)))
+    @rule(aim=_aimed(lambda aims: aims.near_start(reaching=False)), then_again=st.booleans())
+    def request_short_of_retained_span(
+        self, aim: tuple[Slot, list[Spec]], then_again: bool
+    ) -> None:
+        """A request ending exactly where a retained span starts, or a block before: it
+        does not reach into the span, which stays intact (asked at once, ``then_again``)."""
+        self._scratch_then_retain(*aim, then_again)
+
+    @precondition(lambda self: _intact(self) and bool(self.aims.near_start_slots(True)))
+    @rule(aim=_aimed(lambda aims: aims.near_start(reaching=True)), then_again=st.booleans())
+    def request_into_retained_span(self, aim: tuple[Slot, list[Spec]], then_again: bool) -> None:
+        """A request ending 1 to 512 bytes past a retained span's start, or at the buffer's
+        end, without growing the buffer: it reaches in (and the span is no longer intact,
+        asked at once, ``then_again``)."""
+        self._scratch_then_retain(*aim, then_again)
+
+    def _scratch_then_retain(self, slot: Slot, request: list[Spec], then_again: bool) -> None:
+        """The request, then (``then_again``) the slot's last ``get_retained`` again."""
+        key, spec = self.aims.last(slot)
+        self._scratch(slot, request)
+        if then_again:
+            self._retain(slot, key, spec)
+
+    @precondition(lambda self: _intact(self) and bool(self.aims.asked()))
+    @rule(aim=_aimed(lambda aims: aims.again()))
+    def get_retained_again(self, aim: tuple[Slot, Hashable, Spec]) -> None:
+        """The same key, shape and dtype as the slot's last ``get_retained``: intact exactly
+        when nothing reached the span since."""
+        self._retain(*aim)
+
+    @precondition(lambda self: _intact(self) and bool(self.aims.roomy()))
+    @rule(aim=_aimed(lambda aims: aims.with_room()))
+    def get_retained_with_room(self, aim: tuple[Slot, Hashable, Spec]) -> None:
+        """A span a block or more smaller than the slot's buffer: room for requests to end
+        before, at and past its start without growing the buffer."""
+        self._retain(*aim)
+
+    @precondition(lambda self: _intact(self) and bool(self.aims.requested()))
+    @rule(aim=_aimed(lambda aims: aims.again(after_requests=True)))
+    def get_retained_after_requests(self, aim: tuple[Slot, Hashable, Spec]) -> None:
+        """The same as the slot's last ``get_retained``, in a slot that served requests
+        since: whether they reached the span decides ``intact``."""
+        self._retain(*aim)
+
+    @precondition(lambda self: _intact(self) and bool(self.aims.asked()))
+    @rule(aim=_aimed(lambda aims: aims.resized()))
+    def get_retained_resized(self, aim: tuple[Slot, Hashable, Spec]) -> None:
+        """The same key and another size: around the old one and the buffer's end, growth
+        by less than the alignment included."""
+        self._retain(*aim)
+
+    @precondition(lambda self: _intact(self) and bool(self.aims.asked()))
+    @rule(aim=_aimed(lambda aims: aims.taken_over()))
+    def get_retained_by_another_key(self, aim: tuple[Slot, Hashable, Spec]) -> None:
+        """Another key takes the span over (only the latest key is remembered)."""
+        self._retain(*aim)
+
+    @precondition(lambda self: bool(self.aims.made))
+    @rule(aim=_aimed(lambda aims: aims.repeat()))
+    def repeat_a_request(self, aim: tuple[Slot, list[Spec]]) -> None:
+        """One of the latest requests again, in any slot: the views of the slot's current
+        buffer, whatever a manager remembers of earlier calls."""
+        self._scratch(*aim)
+
+    @precondition(lambda self: bool(self.aims.grown()))
+    @rule(aim=_aimed(lambda aims: aims.just_past_the_end()))
+    def grow_by_less_than_alignment(self, aim: tuple[Slot, list[Spec]]) -> None:
+        """A request one padded block past what a slot's buffer served: the smallest growth,
+        by less than 256 bytes where a retained span's size set the buffer's."""
+        self._scratch(*aim)
+
+    # ----- the calls -----
+
+    def _scratch(self, slot: tuple[int, int], request: list[Spec]) -> None:
         index, track = self.model.index(slot), self.tracks[self.model.index(slot)]
         listed = ", ".join(format_spec(s) for s in request)
         call = f"get_simultaneous({listed}){self.cfg.where(slot)}"
         _, total = self.model.request_bytes([_nbytes(s) for s in request])
         note(f"{call}: {total} bytes with padding")
+        self.stats.calls["get_simultaneous"] += 1
+        self.aims.remember(request)
+        track.requests += 1
         plan = self._plan(call, fws.acquire, slot, *request)
         views = self._call(slot, call, total, lambda: self.manager.get_simultaneous(*request), plan)
         if views is None:
@@ -387,6 +525,13 @@ class WorkspaceAPIMachine(RuleBasedStateMachine):
             moved = track.buffer is not seen
             self._check_planned(index, call, views, plan.answer[0].offsets, moved)
         ranges = self._check_placement(index, call, views)
+        if buffer is not None and buffer.origin is None and ranges:
+            buffer.origin = ranges[0][0]
+        record = self.model.slots[index].retained
+        if record is not None:  # the span survived the call's growth, if any
+            track.since = max(track.since, total)
+            self.stats.reaches += total > round_down(record.start)
+            self.stats.at_start += total == round_down(record.start)
         for i, view in enumerate(views):
             n = nbytes_of(view)
             if not n:
@@ -401,18 +546,17 @@ class WorkspaceAPIMachine(RuleBasedStateMachine):
         if buffer is not None:
             note(f"  -> views at {[r[0] - buffer.address for r in ranges]} of the buffer")
         track.acquired = ranges
-        if self.model.slots[index].retained is not None:
+        if record is not None:
             track.history.append(call)
         self._after_call(call)
 
-    @precondition(_selected("intact"))
-    @rule(slot=_slot, key=keys(), spec=_retained)
-    def get_retained(self, slot: tuple[int, int], key: Hashable, spec: Spec) -> None:
+    def _retain(self, slot: tuple[int, int], key: Hashable, spec: Spec) -> None:
         index, track = self.model.index(slot), self.tracks[self.model.index(slot)]
         shape, dtype = spec
         n = _nbytes(spec)
         call = f"get_retained({key!r}, {shape!r}, {dtype}){self.cfg.where(slot)}"
         note(f"{call}: {n} bytes")
+        self.stats.calls["get_retained"] += 1
         plan = self._plan(call, fws.retain, slot, key, spec)
         result = self._call(
             slot, call, n, lambda: self.manager.get_retained(key, shape, dtype), plan
@@ -437,13 +581,20 @@ class WorkspaceAPIMachine(RuleBasedStateMachine):
             )
             self._check_planned(index, call, [view], (span.offset,), track.buffer is not seen)
         if intact:
+            self.stats.intact += 1
             self._check_intact(index, call, key, start)
+        if self._must_be_intact(index, key, spec):
+            self.stats.kept += 1
+            self._check_kept(index, call, key, start, intact)
+        elif self._same_as_last(index, key, spec):
+            self.stats.rechecked += 1
         (span,) = self._check_placement(index, call, [view])
         if 0 <= start <= buffer.nbytes - n:
             write(view_bytes(view), self.model.write_pattern(index, key, start, n))
         else:  # outside the slot's buffer: nothing to model (see "containment")
             self.model.slots[index].retained = None
-        track.retained = span
+        track.retained, track.retained_spec, track.since = span, spec, 0
+        track.last_retained, track.requests = (key, spec), 0
         track.history = [call]
         self._after_call(call)
 
@@ -490,6 +641,58 @@ class WorkspaceAPIMachine(RuleBasedStateMachine):
                 f"base; the core planned offset {offset}"
             )
 
+    def _same_as_last(self, index: int, key: Hashable, spec: Spec) -> bool:
+        """The slot's last ``get_retained`` asked for this key, shape and dtype, in this buffer."""
+        record, track = self.model.slots[index].retained, self.tracks[index]
+        return record is not None and record.key == key and track.retained_spec == spec
+
+    def _must_be_intact(self, index: int, key: Hashable, spec: Spec) -> bool:
+        """Whether this ``get_retained`` must report ``intact=True``, whatever the manager.
+
+        When the slot's last ``get_retained`` used the same key, shape and dtype, the slot
+        kept its buffer, and no request since ended past the span's start (rounded down to
+        256): neither where the manager put the span, nor where the original puts it (the
+        last ``nbytes`` of the ``served`` bytes the buffer has served, rounded down to 256).
+        """
+        if not self._same_as_last(index, key, spec):
+            return False
+        return self.tracks[index].since <= self._kept_limit(index)
+
+    def _kept_limit(self, index: int) -> int:
+        """How far past the start of a slot's requests one may end and keep its span: to
+        where the original puts the span, or to where the manager put it (counted from where
+        its requests start, once a request showed that)."""
+        record, track = self.model.slots[index].retained, self.tracks[index]
+        assert record is not None and track.buffer is not None
+        at_the_end = round_down(track.served - len(record.pattern))
+        origin = track.buffer.origin
+        if origin is None:
+            return at_the_end
+        return max(at_the_end, round_down(track.buffer.address + record.start - origin))
+
+    def _check_kept(self, index: int, call: str, key: Hashable, start: int, intact: bool) -> None:
+        """A ``get_retained`` that must be intact (:meth:`_must_be_intact`) says so."""
+        if intact:
+            return  # its bytes were checked by _check_intact
+        record, track = self.model.slots[index].retained, self.tracks[index]
+        assert record is not None
+        said = " then ".join([*track.history, call])
+        n, served = len(record.pattern), track.served
+        assert record.start == start, (
+            f"{said}: the span moved from {record.start} to {start} of the same buffer, for "
+            "the same key, shape and dtype"
+        )
+        assert not self.model.expected_intact(index, key, start), (
+            f"{said} reported intact=False, but nothing touched the span: the same key, shape "
+            f"and dtype, the same buffer, and no request since ended past byte "
+            f"{self._kept_limit(index)}, where the span starts"
+        )
+        raise AssertionError(
+            f"{said}: a request ending at byte {track.since} overwrote the span at "
+            f"{record.start}, though it left the last {n} of the {served} bytes the buffer "
+            "served alone: the span is not at the end of the buffer"
+        )
+
     def _check_intact(self, index: int, call: str, key: Hashable, start: int) -> None:
         """``intact=True`` only when the bytes the previous call left are really unchanged."""
         record = self.model.slots[index].retained
@@ -510,10 +713,13 @@ class WorkspaceAPIMachine(RuleBasedStateMachine):
 
     # ----- lock -----
 
-    @precondition(_selected("locked"))
+    @precondition(lambda self: "locked" in self.properties and bool(self.aims.grown()))
     @rule()
     def lock(self) -> None:
+        """Lock, once some slot has a buffer (before any, every growth is refused: a run
+        locked from the start tests little else)."""
         note("lock()")
+        self.stats.calls["lock"] += 1
         plan = self._plan("lock()", fws.lock)
         try:
             self.manager.lock()
@@ -530,6 +736,7 @@ class WorkspaceAPIMachine(RuleBasedStateMachine):
     @rule()
     def unlock(self) -> None:
         note("unlock()")
+        self.stats.calls["unlock"] += 1
         plan = self._plan("unlock()", fws.unlock)
         try:
             self.manager.unlock()
@@ -572,14 +779,16 @@ class WorkspaceAPIMachine(RuleBasedStateMachine):
 
     @precondition(_selected("persistent"))
     @rule(
-        slot=_slot,
-        key=keys(("p0", "p1")),
-        spec=st.sampled_from(PERSISTENT_SPECS),
+        aim=_aimed(lambda aims: aims.tensor(PERSISTENT_KEYS, PERSISTENT_SPECS)),
         zero_init=st.booleans(),
     )
-    def get_persistent(
-        self, slot: tuple[int, int], key: Hashable, spec: Spec, zero_init: bool
-    ) -> None:
+    def get_persistent(self, aim: tuple[Slot, Hashable, Spec], zero_init: bool) -> None:
+        """Any key and spec in any slot, or a key a slot holds a tensor for, again: the same
+        shape and dtype (the same tensor, its contents kept, zeroed only when it was made),
+        or another (``ValueError``)."""
+        self._persistent(*aim, zero_init)
+
+    def _persistent(self, slot: Slot, key: Hashable, spec: Spec, zero_init: bool) -> None:
         track = self.tracks[self.model.index(slot)]
         shape, dtype = spec
         call = (
@@ -587,6 +796,7 @@ class WorkspaceAPIMachine(RuleBasedStateMachine):
             f"{self.cfg.where(slot)}"
         )
         note(call)
+        self.stats.calls["get_persistent"] += 1
         known = track.tensors.get(key)
 
         def fetch() -> Any:
@@ -617,11 +827,17 @@ class WorkspaceAPIMachine(RuleBasedStateMachine):
         self._after_call(call)
 
     @precondition(_selected("persistent"))
-    @rule(slot=_slot, key=keys(("r0", "r1")))
-    def get_persistent_resource(self, slot: tuple[int, int], key: Hashable) -> None:
+    @rule(aim=_aimed(lambda aims: aims.resource(PERSISTENT_KEYS)))
+    def get_persistent_resource(self, aim: tuple[Slot, Hashable]) -> None:
+        """Any key in any slot, or a key some slot holds (a resource or a tensor) in that
+        slot or another: one factory call per key per slot, a tensor's key not a resource's."""
+        self._resource(*aim)
+
+    def _resource(self, slot: Slot, key: Hashable) -> None:
         track = self.tracks[self.model.index(slot)]
         call = f"get_persistent_resource({key!r}, factory){self.cfg.where(slot)}"
         note(call)
+        self.stats.calls["get_persistent_resource"] += 1
         made: list[Resource] = []
 
         def factory() -> Resource:
@@ -658,6 +874,11 @@ class WorkspaceAPIMachine(RuleBasedStateMachine):
         assert self.mirror is not None and self.cfg.core_state is not None
         self.mirror.check_state(self.cfg.core_state(self.manager))
 
+    def teardown(self) -> None:
+        """Report what the run exercised (``--hypothesis-show-statistics`` shows it)."""
+        self.stats.report(METHODS)
+        forget_rule_retries()
+
     def _after_call(self, call: str) -> None:
         """Nobody but their owner writes persistent tensors: their patterns stay."""
         if "persistent" in self.properties:
@@ -687,6 +908,14 @@ def failed(call: str, err: BaseException, *, locked: bool = False) -> NoReturn:
     else:
         said += f": {err}"
     raise AssertionError(said) from err
+
+
+def _without_empty_request(request: list[Spec]) -> list[Spec]:
+    """``request``, its first view made one item long if it asks for no bytes at all."""
+    if any(_nbytes(spec) for spec in request):
+        return request
+    (_, dtype), *rest = request
+    return [((1,), dtype), *rest]
 
 
 def _nbytes(spec: Spec) -> int:

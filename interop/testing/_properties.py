@@ -15,11 +15,14 @@ DESCRIPTIONS: dict[str, str] = {
     "absolute_alignment": "every view's data_ptr() is a multiple of 256, whatever address "
     "the allocator gave the buffer",
     "intact": "get_retained says intact=True only when the bytes the previous call left are "
-    "really unchanged (same key, same span, no scribble, no reallocation)",
+    "really unchanged (same key, same span, no scribble, no reallocation), and says so "
+    "whenever nothing reached them (same key, shape and dtype, same buffer, no request since "
+    "ending past the span's start)",
     "locked": "while locked: no growth and no new persistent keys (AssertionError), no refusal "
     "of what fits, and a refused call leaves retained bytes and persistent contents alone",
     "persistent": "one factory call per key per slot, the same object on repeat, zero_init "
-    "only once, contents kept, ValueError for another shape or dtype",
+    "only once, contents kept, ValueError for another shape or dtype, a tensor's key apart "
+    "from a resource's",
 }
 
 #: The names of all property families, in a fixed order.
