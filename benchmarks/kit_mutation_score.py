@@ -1,0 +1,88 @@
+"""The kit's mutation score: how often ``check_workspace`` finds each planted bug, and how fast.
+
+    JAX_PLATFORMS=cpu .venv/bin/python benchmarks/kit_mutation_score.py --runs 20
+    JAX_PLATFORMS=cpu .venv/bin/python benchmarks/kit_mutation_score.py --profile ci
+
+Each bug of ``tests/_mutants.py`` (a copy of the original's algorithm with one realistic
+mistake) is checked in ``--runs`` fresh runs of Hypothesis's ``default`` profile (100 examples
+of up to 50 steps, a new random seed each run, no example database), or once under the
+derandomized ``ci`` profile. A run counts as finding the bug when ``check_workspace`` raises
+``AssertionError``. The script prints, per bug, the fraction of runs that found it and the
+seconds per run (median and worst; with ``--shrink`` a run includes shrinking the failure to
+its short example, as a user sees it, otherwise it stops at the first failing example). Last
+it checks the unmodified original once the same way: it must pass. Not run by ``make test``;
+``tests/test_kit_mutants.py`` checks every bug under ``ci``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from hypothesis import Phase, settings
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+import _mutants
+
+from functional_ws.testing import register_profiles
+from interop.testing import check_workspace
+
+
+def profile(name: str, shrink: bool) -> settings:
+    """The named profile without the explain phase (and without shrinking unless asked)."""
+    register_profiles()
+    base = settings.get_profile(name)
+    phases = [Phase.explicit, Phase.generate] + ([Phase.shrink] if shrink else [])
+    if name == "default":
+        return settings(base, database=None, phases=phases, deadline=None)
+    return settings(base, phases=phases)
+
+
+def one_run(mutant: _mutants.Mutant, chosen: settings) -> tuple[bool, float, str]:
+    """``(found, seconds, first line of the failure)``."""
+    start = time.perf_counter()
+    try:
+        check_workspace(mutant.factory, settings=chosen, **mutant.kwargs())
+    except AssertionError as err:
+        return True, time.perf_counter() - start, str(err).splitlines()[0]
+    return False, time.perf_counter() - start, ""
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--profile", choices=["default", "ci"], default="default")
+    parser.add_argument("--runs", type=int, default=20, help="fresh runs per bug (default)")
+    parser.add_argument("--shrink", action="store_true", help="time shrinking too")
+    parser.add_argument("--only", nargs="*", default=None, help="bug names to run")
+    args = parser.parse_args(argv)
+    chosen = profile(args.profile, args.shrink)
+    runs = 1 if args.profile == "ci" else args.runs
+    names = args.only or list(_mutants.MUTANTS)
+    print(f"profile {args.profile}, {runs} run(s) per bug, shrink={args.shrink}")
+    print(f"{'bug':<32} {'area':<11} {'found':>7} {'median s':>9} {'worst s':>8}  first failure")
+    worst: list[Any] = []
+    for name in names:
+        mutant = _mutants.MUTANTS[name]
+        results = [one_run(mutant, chosen) for _ in range(runs)]
+        found = sum(r[0] for r in results)
+        times = [r[1] for r in results]
+        message = next((r[2] for r in results if r[0]), "NOT FOUND")
+        worst.append((found / runs, name))
+        print(
+            f"{name:<32} {mutant.area:<11} {found:>3}/{runs:<3} {statistics.median(times):9.2f}"
+            f" {max(times):8.2f}  {message[:90]}"
+        )
+    passed, seconds, message = one_run(_mutants.ORIGINAL, chosen)
+    verdict = f"FAILED: {message}" if passed else "passes"
+    print(f"{'the unmodified original':<32} {'':<11} {verdict} in {seconds:.2f} s")
+    lowest = min(worst)
+    print(f"lowest found fraction: {lowest[0]:.2f} ({lowest[1]})")
+    return 1 if passed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
