@@ -4,13 +4,16 @@ A strategy is built lazily: a bad argument to ``st.lists`` surfaces only when th
 example is drawn, in Hypothesis's words about Hypothesis's arguments. The kits check their own
 arguments when called instead, and the message names the kit's function, the argument and
 its value. A value of the wrong kind is a ``TypeError``; a value of the right kind out of
-range, a ``ValueError`` (``bool`` is not accepted as an int).
+range, a ``ValueError`` (what counts as an int is the library's one rule,
+:func:`functional_ws._checks.is_int`: a ``bool`` does not).
 """
 
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 from typing import Any
+
+from .._checks import is_int
 
 
 def check_count(where: str, name: str, value: object, *, floor: int) -> int:
@@ -37,7 +40,7 @@ def check_count(where: str, name: str, value: object, *, floor: int) -> int:
         ...
         ValueError: slots(num_lanes=0): num_lanes must be at least 1
     """
-    if not isinstance(value, int) or isinstance(value, bool):
+    if not is_int(value):
         raise TypeError(f"{where}({name}={value!r}): {name} must be an int, not {_kind(value)}")
     if value < floor:
         raise ValueError(f"{where}({name}={value!r}): {name} must be at least {floor}")
@@ -127,7 +130,7 @@ def check_dtype_pool(where: str, name: str, pool: object) -> list[Any]:
     elements = check_pool(where, name, pool)
     for i, dtype in enumerate(elements):
         size = getattr(dtype, "itemsize", None)
-        if not isinstance(size, int) or isinstance(size, bool):
+        if not is_int(size):
             raise TypeError(
                 f"{where}({name}={pool!r}): {name}[{i}]={dtype!r} is not a dtype "
                 "(it has no int itemsize)"

@@ -11,6 +11,7 @@ from typing import Any, Protocol, TypeVar
 import torch
 
 from functional_ws import WorkspaceState
+from functional_ws._checks import check_int, is_int
 
 from ._properties import select_properties
 
@@ -119,10 +120,9 @@ class MachineConfig:
         object.__setattr__(self, "properties", select_properties(self.properties))
         for name, selector in (("num_ubatches", "use_ubatch"), ("num_lanes", "use_lane")):
             count = getattr(self, name)
-            if not isinstance(count, int) or isinstance(count, bool):
+            if not is_int(count):
                 raise TypeError(f"{name} must be an int, got {count!r}.")
-            if count < 1:
-                raise ValueError(f"{name} must be at least one, got {count!r}.")
+            check_int(count, name, minimum=1)
             if count > 1 and getattr(self, selector) is None:
                 raise ValueError(
                     f"{name}={count} needs {selector}: a function of the index returning a "
