@@ -33,13 +33,14 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 import functional_ws as fws
 from functional_ws.testing import WorkspaceModel, keys, slots, spec_lists, specs
+from functional_ws.testing._events import forget_rule_retries
 
 from ._aims import Aims, Slot, round_down
 from ._config import MachineConfig, Spec, format_spec
 from ._memory import Buffer, first_difference, nbytes_of, read, view_bytes, write
 from ._mirror import CoreMirror, Plan
 from ._probe import ALIGNMENT, misaligned_view
-from ._stats import Exercised, forget_rule_retries
+from ._stats import Exercised
 from ._tracking import PersistentTensor, Range, Resource, SlotTrack, overlap
 
 #: Dtypes of scratch requests: 1, 2, 4 and 8-byte items.

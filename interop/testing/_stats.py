@@ -5,10 +5,8 @@ the share of runs that made each kind of call, grew a buffer, reached into a ret
 or asked for it again, and were refused while locked. Each count is reported in a few coarse
 buckets (``0``, ``1``, ``2-4``, ``5+``), so the statistics stay a short list.
 
-Hypothesis's stateful runner adds an event of its own whenever a drawn rule cannot run (its
-precondition fails, or this run leaves it out): its text is the repr of every rule, several
-KB per line. :func:`forget_rule_retries` drops it from the run's events, and shortens the
-same text where a run gave up for want of a rule that could run.
+Hypothesis's own several-KB event about drawing rules is dropped at teardown too
+(:func:`functional_ws.testing._events.forget_rule_retries`).
 """
 
 from __future__ import annotations
@@ -17,11 +15,6 @@ import collections
 import dataclasses
 
 from hypothesis import event
-from hypothesis.control import current_build_context
-
-#: How Hypothesis's events about drawing a rule begin (the rest is the repr of every rule).
-_RULE_RETRY = "Retried draw from sampled_from([Rule("
-_RULE_GAVE_UP = "Aborted test because unable to satisfy sampled_from([Rule("
 
 
 def bucket(count: int) -> str:
@@ -72,19 +65,3 @@ class Exercised:
         event(f"get_retained calls that must be intact: {bucket(self.kept)}")
         event(f"get_retained calls after a request reached the span: {bucket(self.rechecked)}")
         event(f"refusals while locked: {bucket(self.refusals)}")
-
-
-def forget_rule_retries() -> None:
-    """Drop the current run's several-KB events about drawing rules (best effort).
-
-    The events live on Hypothesis's internal test-case data; if that changes, the events
-    stay as they were.
-    """
-    try:
-        events = current_build_context().data.events
-    except Exception:  # outside a Hypothesis run, or Hypothesis's internals moved
-        return
-    for key in [k for k in events if k.startswith(_RULE_RETRY)]:
-        del events[key]
-    if str(events.get("gave up because", "")).startswith(_RULE_GAVE_UP):
-        events["gave up because"] = "no rule this run enables had a true precondition"
