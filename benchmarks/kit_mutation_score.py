@@ -2,11 +2,14 @@
 
     JAX_PLATFORMS=cpu .venv/bin/python benchmarks/kit_mutation_score.py --runs 20
     JAX_PLATFORMS=cpu .venv/bin/python benchmarks/kit_mutation_score.py --profile ci
+    JAX_PLATFORMS=cpu .venv/bin/python benchmarks/kit_mutation_score.py --profile ci --fresh
 
 Each bug of ``tests/_mutants.py`` (a copy of the original's algorithm with one realistic
 mistake) is checked in ``--runs`` fresh runs of Hypothesis's ``default`` profile (100 examples
 of up to 50 steps, a new random seed each run, no example database), or once under the
-derandomized ``ci`` profile. A run counts as finding the bug when ``check_workspace`` raises
+derandomized ``ci`` profile (with ``--fresh``, ``--runs`` runs of the ``ci`` budget from fresh
+random seeds: how likely a derandomized run is to find the bug, whatever its seed). A run
+counts as finding the bug when ``check_workspace`` raises
 ``AssertionError``. The script prints, per bug, the fraction of runs that found it and the
 seconds per run (median and worst; with ``--shrink`` a run includes shrinking the failure to
 its short example, as a user sees it, otherwise it stops at the first failing example). Last
@@ -32,13 +35,14 @@ from functional_ws.testing import register_profiles
 from interop.testing import check_workspace
 
 
-def profile(name: str, shrink: bool) -> settings:
-    """The named profile without the explain phase (and without shrinking unless asked)."""
+def profile(name: str, shrink: bool, fresh: bool) -> settings:
+    """The named profile without the explain phase (and without shrinking unless asked);
+    ``fresh``: random seeds, no example database."""
     register_profiles()
     base = settings.get_profile(name)
-    phases = [Phase.explicit, Phase.generate] + ([Phase.shrink] if shrink else [])
-    if name == "default":
-        return settings(base, database=None, phases=phases, deadline=None)
+    phases = [Phase.explicit, Phase.generate, Phase.target] + ([Phase.shrink] if shrink else [])
+    if name == "default" or fresh:
+        return settings(base, database=None, derandomize=False, phases=phases, deadline=None)
     return settings(base, phases=phases)
 
 
@@ -57,12 +61,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", choices=["default", "ci"], default="default")
     parser.add_argument("--runs", type=int, default=20, help="fresh runs per bug (default)")
     parser.add_argument("--shrink", action="store_true", help="time shrinking too")
+    parser.add_argument("--fresh", action="store_true", help="ci's budget, random seeds")
     parser.add_argument("--only", nargs="*", default=None, help="bug names to run")
     args = parser.parse_args(argv)
-    chosen = profile(args.profile, args.shrink)
-    runs = 1 if args.profile == "ci" else args.runs
+    chosen = profile(args.profile, args.shrink, args.fresh)
+    runs = 1 if args.profile == "ci" and not args.fresh else args.runs
     names = args.only or list(_mutants.MUTANTS)
-    print(f"profile {args.profile}, {runs} run(s) per bug, shrink={args.shrink}")
+    fresh = "fresh seeds" if chosen.derandomize is False else "derandomized"
+    print(f"profile {args.profile} ({fresh}), {runs} run(s) per bug, shrink={args.shrink}")
     print(f"{'bug':<32} {'area':<11} {'found':>7} {'median s':>9} {'worst s':>8}  first failure")
     worst: list[Any] = []
     for name in names:

@@ -36,6 +36,8 @@ from ._probe import ALIGNMENT
 from ._tracking import SlotTrack
 
 Slot = tuple[int, int]
+#: Where a request aimed at a retained span ends (:meth:`Aims.totals_near_start`).
+SHORT, ONE_BLOCK_IN, FAR_IN = "short of the start", "one block in", "far in"
 
 
 def round_down(n: int) -> int:
@@ -53,9 +55,10 @@ def padded_request(total: int, dtypes: Sequence[torch.dtype]) -> st.SearchStrate
 
     Each view covers its padded size or up to 255 bytes less, so the last byte written may
     lie anywhere in its last block: every view fills its blocks, or every view ends one byte
-    into its last block (so the padding, not the bytes, makes the total), or each view ends
-    anywhere. An empty view may follow, at the very end. Shrinks towards one ``uint8``-like
-    view (the first of ``dtypes``) that fills the whole total.
+    into its last block (so the padding, not the bytes, makes the total; half the requests
+    are that, in as many views as fit), or each view ends anywhere. An empty view may follow,
+    at the very end. Shrinks towards one ``uint8``-like view (the first of ``dtypes``) that
+    fills the whole total.
 
     Args:
         total: a multiple of 256; ``0`` gives the one empty request ``[((0,), dtypes[0])]``.
@@ -68,16 +71,16 @@ def padded_request(total: int, dtypes: Sequence[torch.dtype]) -> st.SearchStrate
         >>> import torch
         >>> from hypothesis import find
         >>> find(padded_request(768, [torch.uint8]), lambda r: len(r) == 3)
-        [((256,), torch.uint8), ((256,), torch.uint8), ((256,), torch.uint8)]
+        [((1,), torch.uint8), ((1,), torch.uint8), ((1,), torch.uint8)]
+        >>> find(padded_request(768, [torch.uint8]), lambda r: r[0][0][0] > 256)
+        [((768,), torch.uint8)]
     """
     blocks = total // ALIGNMENT
     if blocks == 0:
         return st.just([((0,), dtypes[0])])
     # How many bytes short of its padded size each view ends: none (the views fill their
     # blocks), 255 (one byte into the last block), or anything, view by view.
-    shorts = st.sampled_from([0, ALIGNMENT - 1]).map(st.just) | st.just(
-        st.integers(0, ALIGNMENT - 1)
-    )
+    shorts = st.sampled_from([st.just(0), st.just(ALIGNMENT - 1), st.integers(0, ALIGNMENT - 1)])
     empty_tail = st.sampled_from([[], [((0,), dtypes[0])]])
 
     def of_views(count: int, short: st.SearchStrategy[int]) -> st.SearchStrategy[list[Spec]]:
@@ -93,7 +96,10 @@ def padded_request(total: int, dtypes: Sequence[torch.dtype]) -> st.SearchStrate
         )
 
     counts = st.integers(1, min(3, blocks))
-    return st.tuples(counts, shorts).flatmap(lambda c: of_views(*c))
+    # As often as all the rest: as many views as fit, each one byte into its last block, so
+    # that the padding makes most of the total (what a reach check on the bytes misses).
+    padded_most = of_views(min(3, blocks), st.just(ALIGNMENT - 1))
+    return st.tuples(counts, shorts).flatmap(lambda c: of_views(*c)) | padded_most
 
 
 def _views(blocks: int, cuts: list[int], fills: list[tuple[torch.dtype, int]]) -> list[Spec]:
@@ -188,19 +194,24 @@ class Aims:
         tracks = zip(self.slots, self.tracks, strict=True)
         return [slot for slot, track in tracks if track.last_retained is not None]
 
-    def totals_near_start(self, slot: Slot, reaching: bool) -> list[int]:
+    def totals_near_start(self, slot: Slot, where: str) -> list[int]:
         """Padded totals that end near the slot's span start without growing the buffer.
 
-        Not ``reaching``: exactly at the start, or a block before (at least the smallest
-        request). ``reaching``: 1-256 or 257-512 bytes past it, or the whole buffer (at most
-        what the buffer has served, so the request does not replace the buffer).
+        ``where`` is :data:`SHORT` (exactly at the start, or a block before; at least the
+        smallest request), :data:`ONE_BLOCK_IN` (1 to 256 bytes past it) or :data:`FAR_IN`
+        (257 to 512 bytes past it, or the whole buffer): never past what the buffer served,
+        so that the request does not replace the buffer.
         """
         served = self.tracks[self.model.index(slot)].served
         start, end = self.span_start(slot), round_down(served)
-        if reaching:
-            ends = (start + ALIGNMENT, start + 2 * ALIGNMENT, end)
-            return sorted({t for t in ends if start < t <= end})
-        return sorted({t for t in (start, start - ALIGNMENT) if t >= self.smallest})
+        ends: tuple[int, ...]
+        if where == SHORT:
+            ends, low = (start, start - ALIGNMENT), self.smallest - 1
+        elif where == ONE_BLOCK_IN:
+            ends, low = (start + ALIGNMENT,), start
+        else:
+            ends, low = (start + 2 * ALIGNMENT, end), start + ALIGNMENT
+        return sorted({t for t in ends if low < t <= end})
 
     def span_start(self, slot: Slot) -> int:
         """Where the original puts a retained slot's span: its last bytes, rounded down.
@@ -214,20 +225,20 @@ class Aims:
         _, spec = self.last(slot)
         return round_down(track.served - _nbytes(spec))
 
-    def near_start(self, reaching: bool) -> st.SearchStrategy[tuple[Slot, list[Spec]]]:
+    def near_start(self, where: str) -> st.SearchStrategy[tuple[Slot, list[Spec]]]:
         """``(slot, request)``: a request that ends near a retained span's start
         (:meth:`totals_near_start`), in one to three views of any dtype."""
 
         def at(slot: Slot) -> st.SearchStrategy[tuple[Slot, list[Spec]]]:
-            totals = st.sampled_from(self.totals_near_start(slot, reaching))
+            totals = st.sampled_from(self.totals_near_start(slot, where))
             requests = totals.flatmap(lambda total: padded_request(total, self.dtypes))
             return st.tuples(st.just(slot), requests)
 
-        return st.sampled_from(self.near_start_slots(reaching)).flatmap(at)
+        return st.sampled_from(self.near_start_slots(where)).flatmap(at)
 
-    def near_start_slots(self, reaching: bool) -> list[Slot]:
+    def near_start_slots(self, where: str) -> list[Slot]:
         """The retained slots :meth:`near_start` can aim at."""
-        return [slot for slot in self.asked() if self.totals_near_start(slot, reaching)]
+        return [slot for slot in self.asked() if self.totals_near_start(slot, where)]
 
     def again(self, after_requests: bool = False) -> st.SearchStrategy[tuple[Slot, Hashable, Spec]]:
         """``(slot, key, spec)``: a slot's retained span asked for exactly as last time (only
@@ -303,13 +314,19 @@ class Aims:
         return (self.resource_again() if self.held() else anything) | anything
 
     def tensor_again(self, specs: Sequence[Spec]) -> st.SearchStrategy[tuple[Slot, Hashable, Spec]]:
-        """``(slot, key, spec)``: a held tensor's key, with its spec or another of ``specs``."""
+        """``(slot, key, spec)``: a held tensor's key, with its spec, or another of ``specs``
+        of the same shape, of the same dtype, or any other (each as often)."""
 
         def at(held: tuple[Slot, Hashable]) -> st.SearchStrategy[tuple[Slot, Hashable, Spec]]:
             slot, key = held
             spec = self.tracks[self.model.index(slot)].tensors[key].spec
-            others = st.sampled_from([s for s in specs if s != spec] or [spec])
-            return st.tuples(st.just(slot), st.just(key), st.just(spec) | others)
+            others = [s for s in specs if s != spec] or [spec]
+            same_shape = [s for s in others if s[0] == spec[0]] or others
+            same_dtype = [s for s in others if s[1] == spec[1]] or others
+            chosen = st.one_of(
+                st.just(spec), *(st.sampled_from(c) for c in (same_shape, same_dtype, others))
+            )
+            return st.tuples(st.just(slot), st.just(key), chosen)
 
         return st.sampled_from(self.tensors()).flatmap(at)
 

@@ -35,7 +35,7 @@ import functional_ws as fws
 from functional_ws.testing import WorkspaceModel, keys, slots, spec_lists, specs
 from functional_ws.testing._events import forget_rule_retries
 
-from ._aims import Aims, Slot, round_down
+from ._aims import FAR_IN, ONE_BLOCK_IN, SHORT, Aims, Slot, round_down
 from ._config import MachineConfig, Spec, format_spec
 from ._memory import Buffer, first_difference, nbytes_of, read, view_bytes, write
 from ._mirror import CoreMirror, Plan
@@ -52,13 +52,13 @@ SCRATCH_DTYPES: tuple[torch.dtype, ...] = (
     torch.float32,
     torch.float64,
 )
-#: Shapes and dtypes of persistent tensors: a changed spec is tried, with the same shape and
-#: another dtype, and the same dtype and another shape.
+#: Shapes and dtypes of persistent tensors: two shapes by two dtypes, so that every spec has
+#: one of the same shape and another dtype, and one of the same dtype and another shape.
 PERSISTENT_SPECS: tuple[Spec, ...] = (
     ((4,), torch.float32),
     ((2, 3), torch.int8),
-    ((4,), torch.int32),
-    ((6,), torch.int8),
+    ((4,), torch.int8),
+    ((2, 3), torch.float32),
 )
 #: Keys of persistent tensors and resources: one pool, so a manager that keys both alike (a
 #: tensor's key colliding with a resource's) is caught.
@@ -431,8 +431,8 @@ class WorkspaceAPIMachine(RuleBasedStateMachine):
     # (self.aims), so the requests that decide the retained span's invariants are made often:
     # Hypothesis picks among the rules whose preconditions hold, and swarm-tests subsets.
 
-    @precondition(lambda self: _intact(self) and bool(self.aims.near_start_slots(False)))
-    @rule(aim=_aimed(lambda aims: aims.near_start(reaching=False)), then_again=st.booleans())
+    @precondition(lambda self: _intact(self) and bool(self.aims.near_start_slots(SHORT)))
+    @rule(aim=_aimed(lambda aims: aims.near_start(SHORT)), then_again=st.booleans())
     def request_short_of_retained_span(
         self, aim: tuple[Slot, list[Spec]], then_again: bool
     ) -> None:
@@ -440,12 +440,24 @@ class WorkspaceAPIMachine(RuleBasedStateMachine):
         does not reach into the span, which stays intact (asked at once, ``then_again``)."""
         self._scratch_then_retain(*aim, then_again)
 
-    @precondition(lambda self: _intact(self) and bool(self.aims.near_start_slots(True)))
-    @rule(aim=_aimed(lambda aims: aims.near_start(reaching=True)), then_again=st.booleans())
-    def request_into_retained_span(self, aim: tuple[Slot, list[Spec]], then_again: bool) -> None:
-        """A request ending 1 to 512 bytes past a retained span's start, or at the buffer's
-        end, without growing the buffer: it reaches in (and the span is no longer intact,
-        asked at once, ``then_again``)."""
+    @precondition(lambda self: _intact(self) and bool(self.aims.near_start_slots(ONE_BLOCK_IN)))
+    @rule(aim=_aimed(lambda aims: aims.near_start(ONE_BLOCK_IN)), then_again=st.booleans())
+    def request_one_block_into_retained_span(
+        self, aim: tuple[Slot, list[Spec]], then_again: bool
+    ) -> None:
+        """A request ending 1 to 256 bytes past a retained span's start, without growing the
+        buffer: it reaches in, however little (the span is no longer intact, asked at once,
+        ``then_again``)."""
+        self._scratch_then_retain(*aim, then_again)
+
+    @precondition(lambda self: _intact(self) and bool(self.aims.near_start_slots(FAR_IN)))
+    @rule(aim=_aimed(lambda aims: aims.near_start(FAR_IN)), then_again=st.booleans())
+    def request_far_into_retained_span(
+        self, aim: tuple[Slot, list[Spec]], then_again: bool
+    ) -> None:
+        """A request ending 257 to 512 bytes past a retained span's start, or at the buffer's
+        end: it reaches in by more than a block (a rule of its own, so that a run that leaves
+        one of the two out still reaches in)."""
         self._scratch_then_retain(*aim, then_again)
 
     def _scratch_then_retain(self, slot: Slot, request: list[Spec], then_again: bool) -> None:
