@@ -3,7 +3,9 @@
 Like :mod:`functional_ws.testing` for the pure core, but torch-aware and for a real manager:
 yours, vLLM's, or :class:`interop.WorkspaceManager`. :func:`check_workspace` runs a Hypothesis
 state machine (:class:`WorkspaceAPIMachine`) that checks, with real bytes, the property
-families in :data:`PROPERTIES`; select some with ``properties=``. Needs Hypothesis
+families in :data:`PROPERTIES`; select some with ``properties=``. :func:`no_accelerator_cache`
+lets a verbatim copy of vLLM's class grow on CPU-only torch, and :func:`register_profiles`
+registers the ``ci`` and ``dev`` Hypothesis profiles the kit is tuned for. Needs Hypothesis
 (``pip install 'functional-ws[testing]'``).
 
 Example:

@@ -9,9 +9,20 @@ tensor (bytes ``0x01..0x7f``), and mirrors those writes in a byte model
 the start of the slot's buffer). Then each property family (:data:`PROPERTIES`) checks
 what the manager returned against real memory and the model.
 
+Besides the random calls, aimed rules (their arguments from :class:`._aims.Aims`) make the
+calls the retained span's invariants are about: requests ending a block before, exactly at,
+or past the span's start without growing the buffer (sometimes followed at once by the same
+``get_retained``), a span with room behind requests, growth by less than the alignment, the
+span asked for again, resized or under another key, repeats of recent requests, persistent
+keys asked again. Hypothesis picks among the rules whose preconditions hold and leaves random
+subsets out per run (swarm testing). A manager's exception where none is allowed becomes one
+``AssertionError`` naming the call (:func:`failed`); teardown reports what the run exercised
+as Hypothesis events (:mod:`._stats`).
+
 The manager is a black box: the machine learns a slot's buffer from its views'
 ``untyped_storage()`` and notices a growth when a slot's views move to another storage. It
-assumes the original's design: one buffer per slot, the retained span inside it.
+assumes the original's design: one buffer per slot, requests laid out from its start, the
+retained span at its end.
 
 The machine is configured through its constructor (a :class:`MachineConfig`): run it with
 ``run_state_machine_as_test(lambda: WorkspaceAPIMachine(config))``. The rules of a family
