@@ -37,7 +37,8 @@ from ._tracking import SlotTrack
 
 Slot = tuple[int, int]
 #: Where a request aimed at a retained span ends (:meth:`Aims.totals_near_start`).
-SHORT, ONE_BLOCK_IN, FAR_IN = "short of the start", "one block in", "far in"
+AT_START, BLOCK_BEFORE = "at the start", "a block before"
+ONE_BLOCK_IN, FAR_IN = "one block in", "far in"
 
 
 def round_down(n: int) -> int:
@@ -197,16 +198,18 @@ class Aims:
     def totals_near_start(self, slot: Slot, where: str) -> list[int]:
         """Padded totals that end near the slot's span start without growing the buffer.
 
-        ``where`` is :data:`SHORT` (exactly at the start, or a block before; at least the
-        smallest request), :data:`ONE_BLOCK_IN` (1 to 256 bytes past it) or :data:`FAR_IN`
-        (257 to 512 bytes past it, or the whole buffer): never past what the buffer served,
-        so that the request does not replace the buffer.
+        ``where`` is :data:`AT_START` (exactly at the start) or :data:`BLOCK_BEFORE` (a block
+        before it), at least the smallest request; :data:`ONE_BLOCK_IN` (1 to 256 bytes past
+        it) or :data:`FAR_IN` (257 to 512 bytes past it, or the whole buffer): never past what
+        the buffer served, so that the request does not replace the buffer.
         """
         served = self.tracks[self.model.index(slot)].served
         start, end = self.span_start(slot), round_down(served)
         ends: tuple[int, ...]
-        if where == SHORT:
-            ends, low = (start, start - ALIGNMENT), self.smallest - 1
+        if where == AT_START:
+            ends, low = (start,), self.smallest - 1
+        elif where == BLOCK_BEFORE:
+            ends, low = (start - ALIGNMENT,), self.smallest - 1
         elif where == ONE_BLOCK_IN:
             ends, low = (start + ALIGNMENT,), start
         else:
@@ -278,6 +281,20 @@ class Aims:
         def at(slot: Slot) -> st.SearchStrategy[tuple[Slot, list[Spec]]]:
             total = round_up(self.tracks[self.model.index(slot)].served + 1)
             return st.tuples(st.just(slot), padded_request(total, self.dtypes))
+
+        return st.sampled_from(self.grown()).flatmap(at)
+
+    def retained_past_the_end(self) -> st.SearchStrategy[tuple[Slot, Hashable, Spec]]:
+        """``(slot, key, spec)``: a span 1 to 255 bytes larger than what the slot's buffer
+        served, under the slot's last key: the buffer grows by less than the alignment, so a
+        span at the end may start where it did, over new bytes (and, locked, it is refused)."""
+
+        def at(slot: Slot) -> st.SearchStrategy[tuple[Slot, Hashable, Spec]]:
+            track = self.tracks[self.model.index(slot)]
+            key = track.last_retained[0] if track.last_retained else self.retained_keys[0]
+            low, high = track.served + 1, track.served + ALIGNMENT - 1
+            sizes = st.sampled_from([low, high]) | st.integers(low, high)
+            return st.tuples(st.just(slot), st.just(key), _bytes(sizes))
 
         return st.sampled_from(self.grown()).flatmap(at)
 

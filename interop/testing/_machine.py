@@ -46,7 +46,7 @@ import functional_ws as fws
 from functional_ws.testing import WorkspaceModel, keys, slots, spec_lists, specs
 from functional_ws.testing._events import forget_rule_retries
 
-from ._aims import FAR_IN, ONE_BLOCK_IN, SHORT, Aims, Slot, round_down
+from ._aims import AT_START, BLOCK_BEFORE, FAR_IN, ONE_BLOCK_IN, Aims, Slot, round_down
 from ._config import MachineConfig, Spec, format_spec
 from ._memory import Buffer, first_difference, nbytes_of, read, view_bytes, write
 from ._mirror import CoreMirror, Plan
@@ -442,13 +442,21 @@ class WorkspaceAPIMachine(RuleBasedStateMachine):
     # (self.aims), so the requests that decide the retained span's invariants are made often:
     # Hypothesis picks among the rules whose preconditions hold, and swarm-tests subsets.
 
-    @precondition(lambda self: _intact(self) and bool(self.aims.near_start_slots(SHORT)))
-    @rule(aim=_aimed(lambda aims: aims.near_start(SHORT)), then_again=st.booleans())
-    def request_short_of_retained_span(
+    @precondition(lambda self: _intact(self) and bool(self.aims.near_start_slots(AT_START)))
+    @rule(aim=_aimed(lambda aims: aims.near_start(AT_START)), then_again=st.booleans())
+    def request_ending_at_retained_span(
         self, aim: tuple[Slot, list[Spec]], then_again: bool
     ) -> None:
-        """A request ending exactly where a retained span starts, or a block before: it
-        does not reach into the span, which stays intact (asked at once, ``then_again``)."""
+        """A request ending exactly where a retained span starts: it does not reach into the
+        span, which stays intact (asked at once, ``then_again``)."""
+        self._scratch_then_retain(*aim, then_again)
+
+    @precondition(lambda self: _intact(self) and bool(self.aims.near_start_slots(BLOCK_BEFORE)))
+    @rule(aim=_aimed(lambda aims: aims.near_start(BLOCK_BEFORE)), then_again=st.booleans())
+    def request_ending_a_block_before_retained_span(
+        self, aim: tuple[Slot, list[Spec]], then_again: bool
+    ) -> None:
+        """A request ending a block before a retained span starts: the span stays intact."""
         self._scratch_then_retain(*aim, then_again)
 
     @precondition(lambda self: _intact(self) and bool(self.aims.near_start_slots(ONE_BLOCK_IN)))
@@ -510,6 +518,13 @@ class WorkspaceAPIMachine(RuleBasedStateMachine):
     @rule(aim=_aimed(lambda aims: aims.taken_over()))
     def get_retained_by_another_key(self, aim: tuple[Slot, Hashable, Spec]) -> None:
         """Another key takes the span over (only the latest key is remembered)."""
+        self._retain(*aim)
+
+    @precondition(lambda self: _intact(self) and bool(self.aims.grown()))
+    @rule(aim=_aimed(lambda aims: aims.retained_past_the_end()))
+    def get_retained_just_past_the_end(self, aim: tuple[Slot, Hashable, Spec]) -> None:
+        """A span 1 to 255 bytes larger than the slot's buffer: growth by less than the
+        alignment (the span may start where it did, over new bytes), refused while locked."""
         self._retain(*aim)
 
     @precondition(lambda self: bool(self.aims.made))
@@ -737,11 +752,9 @@ class WorkspaceAPIMachine(RuleBasedStateMachine):
 
     # ----- lock -----
 
-    @precondition(lambda self: "locked" in self.properties and bool(self.aims.grown()))
+    @precondition(_selected("locked"))
     @rule()
     def lock(self) -> None:
-        """Lock, once some slot has a buffer (before any, every growth is refused: a run
-        locked from the start tests little else)."""
         note("lock()")
         self.stats.calls["lock"] += 1
         plan = self._plan("lock()", fws.lock)
