@@ -36,14 +36,15 @@ from interop.testing import check_workspace
 
 
 def profile(name: str, shrink: bool, fresh: bool) -> settings:
-    """The named profile without the explain phase (and without shrinking unless asked);
-    ``fresh``: random seeds, no example database."""
+    """The named profile as ``check_workspace(settings=None)`` runs it (no explain phase, one
+    failure reported), without shrinking unless asked; ``fresh``: random seeds, no database."""
     register_profiles()
     base = settings.get_profile(name)
     phases = [Phase.explicit, Phase.generate, Phase.target] + ([Phase.shrink] if shrink else [])
+    chosen = settings(base, phases=phases, report_multiple_bugs=False)
     if name == "default" or fresh:
-        return settings(base, database=None, derandomize=False, phases=phases, deadline=None)
-    return settings(base, phases=phases)
+        return settings(chosen, database=None, derandomize=False, deadline=None)
+    return chosen
 
 
 def one_run(mutant: _mutants.Mutant, chosen: settings) -> tuple[bool, float, str]:

@@ -95,9 +95,14 @@ def test_the_literal_original_passes_all_but_absolute_alignment_without_empty_re
 
 
 def test_the_zero_byte_crash_is_one_failure_locked_or_not():
-    """With several failures reported (the default), one cause is still one failure."""
+    """With several failures reported, one cause is still one failure."""
     with pytest.raises(AssertionError, match=r"^get_simultaneous\(\(\(0,\), ") as info:
-        check_workspace(m.LiteralOriginal, properties=ALL_BUT_ABSOLUTE, **ORIGINAL_SLOTS)
+        check_workspace(
+            m.LiteralOriginal,
+            properties=ALL_BUT_ABSOLUTE,
+            settings=settings(_default(), report_multiple_bugs=True),
+            **ORIGINAL_SLOTS,
+        )
     assert not [n for n in info.value.__notes__ if "distinct failures" in n]
 
 
@@ -106,11 +111,15 @@ class TwoBugs(m.WrongShape, m.FactoryTwice):
 
 
 def test_distinct_failures_come_as_one_assertion_error_with_the_others_in_its_notes():
-    """Several failures reported (the default): the simplest raised, the others noted."""
+    """Several failures reported: the simplest raised, the others noted."""
     shape = r"get_simultaneous\(.*\): view \d has shape"
     factory = r"get_persistent_resource\('k0', factory\) called the factory again"
     with pytest.raises(AssertionError, match=f"{shape}|{factory}") as info:
-        check_workspace(TwoBugs, properties=["shapes", "persistent"], settings=_default())
+        check_workspace(
+            TwoBugs,
+            properties=["shapes", "persistent"],
+            settings=settings(_default(), report_multiple_bugs=True),
+        )
     notes = info.value.__notes__
     (summary,) = [i for i, n in enumerate(notes) if "distinct failures" in n]
     assert notes[summary].startswith("check_workspace found 2 distinct failures")

@@ -111,7 +111,9 @@ def check_workspace(
             default finds that, and ``False`` looks past it for other bugs.
         settings: Hypothesis settings, used as given; ``None`` uses the loaded profile
             without Hypothesis's explain phase (it only names the kit's own lines, and made
-            reporting a planted bug about three times slower). See
+            reporting a planted bug about three times slower) and with
+            ``report_multiple_bugs=False`` (shrinking every distinct failure of a badly
+            broken copy can take minutes; pass settings with it on to have them all). See
             :func:`functional_ws.testing.register_profiles` for the ``ci`` and ``dev``
             profiles.
         statistics: called once with Hypothesis's statistics of the run (``print``, or a
@@ -126,8 +128,8 @@ def check_workspace(
         AssertionError: a property failed, or the manager raised where it must not (the
             message names the call; the manager's exception is its ``__cause__``). The
             shrunk calls, with a note per call, are in the exception's notes
-            (``__notes__``). When Hypothesis found several distinct failures
-            (``report_multiple_bugs``, on by default), the simplest is raised and the
+            (``__notes__``). When Hypothesis found several distinct failures (with
+            ``report_multiple_bugs`` on in ``settings``), the simplest is raised and the
             others, each shrunk, are summarised in its notes. A ``hypothesis.errors.Flaky``
             failure (one that did not replay) is raised as Hypothesis raises it.
         ValueError: an unknown property name, a bad count, or a missing selector.
@@ -242,7 +244,7 @@ def _config(
 
 
 def _default() -> hypothesis.settings:
-    """The loaded Hypothesis profile without its explain phase.
+    """The loaded Hypothesis profile without its explain phase, reporting one failure.
 
     The explain phase re-runs a failure many times to name the lines of code that only
     failing runs reach; here those lines are the kit's own. It made reporting a planted bug
@@ -250,8 +252,13 @@ def _default() -> hypothesis.settings:
     1.2-1.8 s without it, 3.4-6.7 s with it, for the intact, locked and refusal bugs of
     ``tests/_managers.py``).
 
+    One failure: with ``report_multiple_bugs`` Hypothesis keeps looking for other failures
+    and shrinks each distinct one on its own, and a copy with a slot-index bug fails in many
+    distinct ways: under ``ci`` it took 221 s to report, against 1.9 s for the one failure
+    (measured on this 2-core CPU; ``tests/_mutants.py``, slot-ubatch-plus-lane).
+
     Returns:
         Settings to pass to ``run_state_machine_as_test``.
     """
     phases = tuple(p for p in hypothesis.settings().phases if p is not Phase.explain)
-    return hypothesis.settings(phases=phases)
+    return hypothesis.settings(phases=phases, report_multiple_bugs=False)
