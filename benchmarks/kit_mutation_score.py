@@ -12,7 +12,8 @@ random seeds: how likely a derandomized run is to find the bug, whatever its see
 counts as finding the bug when ``check_workspace`` raises
 ``AssertionError``. The script prints, per bug, the fraction of runs that found it and the
 seconds per run (median and worst; with ``--shrink`` a run includes shrinking the failure to
-its short example, as a user sees it, otherwise it stops at the first failing example). Last
+its short example, as a user sees it, and ``calls`` is the most calls a shrunk example kept;
+otherwise it stops at the first failing example). Last
 it checks the unmodified original once the same way: it must pass. Not run by ``make test``;
 ``tests/test_kit_mutants.py`` checks every bug under ``ci``.
 """
@@ -47,14 +48,16 @@ def profile(name: str, shrink: bool, fresh: bool) -> settings:
     return chosen
 
 
-def one_run(mutant: _mutants.Mutant, chosen: settings) -> tuple[bool, float, str]:
-    """``(found, seconds, first line of the failure)``."""
+def one_run(mutant: _mutants.Mutant, chosen: settings) -> tuple[bool, float, str, int]:
+    """``(found, seconds, first line of the failure, calls in its example)``."""
     start = time.perf_counter()
     try:
         check_workspace(mutant.factory, settings=chosen, **mutant.kwargs())
     except AssertionError as err:
-        return True, time.perf_counter() - start, str(err).splitlines()[0]
-    return False, time.perf_counter() - start, ""
+        skip = ("state.new_manager()", "state.teardown()")
+        calls = [n for n in err.__notes__ if n.startswith("state.") and n not in skip]
+        return True, time.perf_counter() - start, str(err).splitlines()[0], len(calls)
+    return False, time.perf_counter() - start, "", 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -70,7 +73,10 @@ def main(argv: list[str] | None = None) -> int:
     names = args.only or list(_mutants.MUTANTS)
     fresh = "fresh seeds" if chosen.derandomize is False else "derandomized"
     print(f"profile {args.profile} ({fresh}), {runs} run(s) per bug, shrink={args.shrink}")
-    print(f"{'bug':<32} {'area':<11} {'found':>7} {'median s':>9} {'worst s':>8}  first failure")
+    print(
+        f"{'bug':<32} {'area':<11} {'found':>7} {'median s':>9} {'worst s':>8} {'calls':>5}"
+        "  first failure"
+    )
     worst: list[Any] = []
     for name in names:
         mutant = _mutants.MUTANTS[name]
@@ -78,12 +84,13 @@ def main(argv: list[str] | None = None) -> int:
         found = sum(r[0] for r in results)
         times = [r[1] for r in results]
         message = next((r[2] for r in results if r[0]), "NOT FOUND")
+        calls = max((r[3] for r in results), default=0)
         worst.append((found / runs, name))
         print(
             f"{name:<32} {mutant.area:<11} {found:>3}/{runs:<3} {statistics.median(times):9.2f}"
-            f" {max(times):8.2f}  {message[:90]}"
+            f" {max(times):8.2f} {calls:5d}  {message[:90]}"
         )
-    passed, seconds, message = one_run(_mutants.ORIGINAL, chosen)
+    passed, seconds, message, _ = one_run(_mutants.ORIGINAL, chosen)
     verdict = f"FAILED: {message}" if passed else "passes"
     print(f"{'the unmodified original':<32} {'':<11} {verdict} in {seconds:.2f} s")
     lowest = min(worst)

@@ -442,49 +442,45 @@ class WorkspaceAPIMachine(RuleBasedStateMachine):
     # (self.aims), so the requests that decide the retained span's invariants are made often:
     # Hypothesis picks among the rules whose preconditions hold, and swarm-tests subsets.
 
+    # The four requests near a span's start are each followed at once by the slot's last
+    # get_retained: what the request did to the span is what that answer is checked on (and
+    # get_retained_after_requests asks later, after other calls). Measured at ci's budget
+    # from fresh seeds, asking at once half the time found a reach check on the unpadded
+    # bytes in 17 of 20 runs.
+
     @precondition(lambda self: _intact(self) and bool(self.aims.near_start_slots(AT_START)))
-    @rule(aim=_aimed(lambda aims: aims.near_start(AT_START)), then_again=st.booleans())
-    def request_ending_at_retained_span(
-        self, aim: tuple[Slot, list[Spec]], then_again: bool
-    ) -> None:
-        """A request ending exactly where a retained span starts: it does not reach into the
-        span, which stays intact (asked at once, ``then_again``)."""
-        self._scratch_then_retain(*aim, then_again)
+    @rule(aim=_aimed(lambda aims: aims.near_start(AT_START)))
+    def request_ending_at_retained_span(self, aim: tuple[Slot, list[Spec]]) -> None:
+        """A request ending exactly where a retained span starts, then the span again: it
+        did not reach into the span, which must be intact."""
+        self._scratch_then_retain(*aim)
 
     @precondition(lambda self: _intact(self) and bool(self.aims.near_start_slots(BLOCK_BEFORE)))
-    @rule(aim=_aimed(lambda aims: aims.near_start(BLOCK_BEFORE)), then_again=st.booleans())
-    def request_ending_a_block_before_retained_span(
-        self, aim: tuple[Slot, list[Spec]], then_again: bool
-    ) -> None:
-        """A request ending a block before a retained span starts: the span stays intact."""
-        self._scratch_then_retain(*aim, then_again)
+    @rule(aim=_aimed(lambda aims: aims.near_start(BLOCK_BEFORE)))
+    def request_ending_a_block_before_retained_span(self, aim: tuple[Slot, list[Spec]]) -> None:
+        """A request ending a block before a retained span starts, then the span again."""
+        self._scratch_then_retain(*aim)
 
     @precondition(lambda self: _intact(self) and bool(self.aims.near_start_slots(ONE_BLOCK_IN)))
-    @rule(aim=_aimed(lambda aims: aims.near_start(ONE_BLOCK_IN)), then_again=st.booleans())
-    def request_one_block_into_retained_span(
-        self, aim: tuple[Slot, list[Spec]], then_again: bool
-    ) -> None:
+    @rule(aim=_aimed(lambda aims: aims.near_start(ONE_BLOCK_IN)))
+    def request_one_block_into_retained_span(self, aim: tuple[Slot, list[Spec]]) -> None:
         """A request ending 1 to 256 bytes past a retained span's start, without growing the
-        buffer: it reaches in, however little (the span is no longer intact, asked at once,
-        ``then_again``)."""
-        self._scratch_then_retain(*aim, then_again)
+        buffer, then the span again: it reached in, however little, so it is not intact."""
+        self._scratch_then_retain(*aim)
 
     @precondition(lambda self: _intact(self) and bool(self.aims.near_start_slots(FAR_IN)))
-    @rule(aim=_aimed(lambda aims: aims.near_start(FAR_IN)), then_again=st.booleans())
-    def request_far_into_retained_span(
-        self, aim: tuple[Slot, list[Spec]], then_again: bool
-    ) -> None:
+    @rule(aim=_aimed(lambda aims: aims.near_start(FAR_IN)))
+    def request_far_into_retained_span(self, aim: tuple[Slot, list[Spec]]) -> None:
         """A request ending 257 to 512 bytes past a retained span's start, or at the buffer's
-        end: it reaches in by more than a block (a rule of its own, so that a run that leaves
-        one of the two out still reaches in)."""
-        self._scratch_then_retain(*aim, then_again)
+        end, then the span again (a rule of its own, so that a run that leaves one of the
+        two out still reaches in)."""
+        self._scratch_then_retain(*aim)
 
-    def _scratch_then_retain(self, slot: Slot, request: list[Spec], then_again: bool) -> None:
-        """The request, then (``then_again``) the slot's last ``get_retained`` again."""
+    def _scratch_then_retain(self, slot: Slot, request: list[Spec]) -> None:
+        """The request, then the slot's last ``get_retained`` again."""
         key, spec = self.aims.last(slot)
         self._scratch(slot, request)
-        if then_again:
-            self._retain(slot, key, spec)
+        self._retain(slot, key, spec)
 
     @precondition(lambda self: _intact(self) and bool(self.aims.asked()))
     @rule(aim=_aimed(lambda aims: aims.again()))
