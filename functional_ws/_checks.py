@@ -6,10 +6,10 @@ the same way and names the argument and its value.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeGuard
 
 
-def is_int(value: Any) -> bool:
+def is_int(value: Any) -> TypeGuard[int]:
     """Whether ``value`` is an ``int`` and not a ``bool`` (NumPy integers do not count)."""
     return isinstance(value, int) and not isinstance(value, bool)
 

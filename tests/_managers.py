@@ -4,9 +4,9 @@ All of them are :class:`interop.testing.ReferenceWorkspaceManager` (the original
 call for call) on the CPU, made as the kit makes managers: ``factory(num_ubatches,
 num_lanes)``. :class:`LiteralOriginal` is the reference exactly. :class:`OriginalAlgorithmManager`
 differs in one place, outside what the kit checks: a zero-byte request to a slot that never
-grew gets an empty view (the original slices ``None`` and raises ``TypeError``, which would
-stop every run of the kit at its first empty request). Slots are selected with
-:func:`use_lane` and :func:`use_ubatch`, the reference's context variables.
+grew gets an empty view (the original slices ``None`` and raises ``TypeError``, which stops
+every run of the kit at its first empty request unless ``empty_requests=False``). Slots are
+selected with :func:`use_lane` and :func:`use_ubatch`, the reference's context variables.
 
 Each planted bug below changes one step of :class:`OriginalAlgorithmManager`, the way such
 bugs are written.
@@ -211,4 +211,7 @@ class PersistentInScratch(OriginalAlgorithmManager):
             view = buffer[:nbytes].view(dtype).reshape(shape)
             return view.zero_() if zero_init else view
 
-        return self.get_persistent_resource((torch.Tensor, key), carve)  # type: ignore[no-any-return]
+        tensor = self.get_persistent_resource((torch.Tensor, key), carve)
+        if tensor.shape != shape or tensor.dtype != dtype:
+            raise ValueError(f"Persistent workspace {key!r} has another shape or dtype.")
+        return tensor  # type: ignore[no-any-return]

@@ -12,21 +12,11 @@ import os
 import pytest
 import torch
 from _allocators import ALLOCATORS, CHOSEN
-from hypothesis import HealthCheck, settings
 
-settings.register_profile(
-    "ci",
-    derandomize=True,
-    max_examples=60,
-    stateful_step_count=40,
-    deadline=None,
-    print_blob=True,
-    suppress_health_check=[HealthCheck.too_slow],
-)
-settings.register_profile(
-    "dev", max_examples=1000, stateful_step_count=80, deadline=None, print_blob=True
-)
-settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+from functional_ws.testing import register_profiles
+
+# The kits' own profiles (functional_ws.testing.register_profiles), as a user loads them.
+register_profiles(load=os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 def _test_device() -> torch.device:

@@ -1,9 +1,11 @@
 """interop.testing: our façade and the original's algorithm pass, planted bugs are caught short.
 
 The original's algorithm (``tests/_managers.py``) keeps only relative alignment, so it fails
-the absolute-alignment property on the CPU and passes every other one. Each planted bug is
-run with only its family selected (plus the family whose calls it needs) and must be
-reported with its symptom after a shrunk sequence of at most five calls.
+the absolute-alignment property on the CPU, and it crashes on a zero-byte request to a slot
+that never grew; with ``empty_requests=False`` it passes every other family. Each planted
+bug is run with only its family selected (plus the family whose calls it needs) and must be
+reported with its symptom after a shrunk sequence of at most five calls. The mutation score
+over copies of the original is ``test_kit_mutants.py``'s.
 """
 
 import contextlib
@@ -52,6 +54,7 @@ def test_public_names_are_pinned():
     assert set(interop.testing.__all__) == {
         "DESCRIPTIONS", "MachineConfig", "PROPERTIES", "ReferenceWorkspaceManager",
         "WorkspaceAPI", "WorkspaceAPIMachine", "check_workspace", "make_machine",
+        "no_accelerator_cache", "register_profiles",
     }  # fmt: skip
     assert PROPERTIES == (
         "shapes", "containment", "disjoint", "relative_alignment", "absolute_alignment",
@@ -82,6 +85,48 @@ def test_facade_growing_every_ubatch_together_passes():
 
 def test_original_algorithm_passes_all_but_absolute_alignment():
     check_workspace(m.OriginalAlgorithmManager, properties=ALL_BUT_ABSOLUTE, **ORIGINAL_SLOTS)
+
+
+def test_the_literal_original_passes_all_but_absolute_alignment_without_empty_requests():
+    """The README's claim, as written: the reference exactly, zero-byte crash and all."""
+    check_workspace(
+        m.LiteralOriginal, properties=ALL_BUT_ABSOLUTE, empty_requests=False, **ORIGINAL_SLOTS
+    )
+
+
+def test_the_zero_byte_crash_is_one_failure_locked_or_not():
+    """With several failures reported, one cause is still one failure."""
+    with pytest.raises(AssertionError, match=r"^get_simultaneous\(\(\(0,\), ") as info:
+        check_workspace(
+            m.LiteralOriginal,
+            properties=ALL_BUT_ABSOLUTE,
+            settings=settings(_default(), report_multiple_bugs=True),
+            **ORIGINAL_SLOTS,
+        )
+    assert not [n for n in info.value.__notes__ if "distinct failures" in n]
+
+
+class TwoBugs(m.WrongShape, m.FactoryTwice):
+    """Flat views, and a factory called on every request."""
+
+
+def test_distinct_failures_come_as_one_assertion_error_with_the_others_in_its_notes():
+    """Several failures reported: the simplest raised, the others noted."""
+    shape = r"get_simultaneous\(.*\): view \d has shape"
+    factory = r"get_persistent_resource\('k0', factory\) called the factory again"
+    with pytest.raises(AssertionError, match=f"{shape}|{factory}") as info:
+        check_workspace(
+            TwoBugs,
+            properties=["shapes", "persistent"],
+            settings=settings(_default(), report_multiple_bugs=True),
+        )
+    notes = info.value.__notes__
+    (summary,) = [i for i, n in enumerate(notes) if "distinct failures" in n]
+    assert notes[summary].startswith("check_workspace found 2 distinct failures")
+    other = factory if re.match(shape, str(info.value)) else shape
+    assert re.match(f"- AssertionError: {other}", notes[summary + 1]), notes[summary + 1]
+    steps = notes[summary + 2 :]
+    assert steps and all(n.startswith("    state.") for n in steps), steps
 
 
 def test_original_algorithm_fails_absolute_alignment_on_cpu():
@@ -152,10 +197,15 @@ def test_planted_bug_is_caught_with_a_short_example(manager, families, symptom, 
     _fails(manager, symptom, properties=families, **slots)
 
 
-def test_a_managers_own_exception_is_reported_with_the_calls():
+def test_a_managers_own_exception_is_one_failure_naming_the_call():
     """The original slices ``None`` on a zero-byte request to a slot that never grew."""
-    with pytest.raises(TypeError, match="'NoneType' object is not subscriptable") as info:
+    with pytest.raises(AssertionError) as info:
         check_workspace(m.LiteralOriginal, properties=["shapes"], settings=ONE_BUG)
+    assert str(info.value) == (
+        "get_simultaneous(((0,), torch.float16)) raised TypeError: "
+        "'NoneType' object is not subscriptable"
+    )
+    assert isinstance(info.value.__cause__, TypeError)
     (step,) = _steps(info.value)
     assert step.startswith("state.get_simultaneous(")
     assert "get_simultaneous(((0,), torch.float16)): 0 bytes with padding" in info.value.__notes__
@@ -168,12 +218,22 @@ def test_a_managers_own_exception_is_reported_with_the_calls():
          "unknown properties .'alignment'.; valid: shapes, containment, disjoint"),
         ({"num_lanes": 2}, ValueError, "num_lanes=2 needs use_lane"),
         ({"num_ubatches": 2}, ValueError, "num_ubatches=2 needs use_ubatch"),
-        ({"num_lanes": 0}, ValueError, "num_lanes must be an int of at least one, got 0"),
-        ({"num_ubatches": True}, ValueError, "num_ubatches must be an int"),
+        ({"num_lanes": 0}, ValueError, "num_lanes must be at least one, got 0"),
+        ({"num_ubatches": True}, TypeError, "num_ubatches must be an int, got True"),
+        ({"num_lanes": 2.0}, TypeError, "num_lanes must be an int, got 2.0"),
         ({"factory": "manager"}, TypeError, "factory must be callable"),
+        ({"num_lanes": 2, "use_lane": "lane"}, TypeError,
+         "use_lane must be None or callable as use_lane.i., .* got 'lane'"),
+        ({"properties": 3}, TypeError, "properties must be None or an iterable of names, got 3"),
+        ({"properties": ["intact", 3]}, TypeError, "properties must be names .strings., got 3"),
+        ({"empty_requests": 0}, TypeError, "empty_requests must be True or False, got 0"),
+        ({"settings": {"max_examples": 5}}, TypeError,
+         "settings must be None or a hypothesis.settings, got .'max_examples': 5."),
     ],
     ids=["unknown-property", "lanes-without-selector", "ubatches-without-selector",
-         "zero-lanes", "bool-ubatches", "factory-not-callable"],
+         "zero-lanes", "bool-ubatches", "float-lanes", "factory-not-callable",
+         "selector-not-callable", "properties-not-iterable", "property-not-a-name",
+         "empty-requests-not-bool", "settings-not-settings"],
 )  # fmt: skip
 def test_bad_arguments_are_refused_by_name(kwargs, error, match):
     kwargs = {"factory": m.OriginalAlgorithmManager, **kwargs}
@@ -223,6 +283,22 @@ def test_rules_of_families_left_out_do_not_run(properties, expected):
     assert called == expected
 
 
+def test_statistics_say_what_the_runs_exercised():
+    texts = []
+    check_workspace(
+        m.OriginalAlgorithmManager,
+        properties=ALL_BUT_ABSOLUTE,
+        settings=QUICK,
+        statistics=texts.append,
+        **ORIGINAL_SLOTS,
+    )
+    (text,) = texts
+    for event in ("get_retained calls: ", "growths: ", "requests reaching into a retained span",
+                  "get_retained calls that must be intact", "refusals while locked: "):  # fmt: skip
+        assert event in text, text
+    assert max(len(line) for line in text.splitlines()) < 120, text
+
+
 def test_without_hypothesis_the_kit_says_what_to_install():
     code = IMPORT_WITHOUT_HYPOTHESIS.format(package="interop.testing")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
@@ -256,7 +332,10 @@ USER_MODULE = """
 
 
 def test_a_users_test_module_collects_and_runs_cleanly(tmp_path):
-    """``check_workspace`` in a test, ``make_machine(...).TestCase``: no collection warning."""
-    done = pytest_user_module(tmp_path, USER_MODULE)
+    """``check_workspace`` in a test, ``make_machine(...).TestCase``: no collection warning,
+    and pytest's statistics show what the ``TestCase`` exercised, in short lines."""
+    done = pytest_user_module(tmp_path, USER_MODULE, "--hypothesis-show-statistics")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "2 passed" in done.stdout and "warning" not in done.stdout.lower(), done.stdout
+    assert "get_simultaneous calls: " in done.stdout, done.stdout
+    assert max(len(line) for line in done.stdout.splitlines()) < 120, done.stdout

@@ -23,6 +23,7 @@ except ImportError as err:
     ) from err
 
 from ._model import WorkspaceModel as WorkspaceModel
+from ._profiles import register_profiles as register_profiles
 from ._stateful import Transitions as Transitions
 from ._stateful import WorkspaceMachine as WorkspaceMachine
 from ._strategies import DEFAULT_DTYPES as DEFAULT_DTYPES
@@ -40,6 +41,7 @@ __all__ = [
     "WorkspaceModel",
     "dtypes",
     "keys",
+    "register_profiles",
     "shapes",
     "slots",
     "spec_lists",

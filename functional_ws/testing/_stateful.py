@@ -44,6 +44,7 @@ from .._errors import (
     WorkspaceLockedError,
 )
 from .._state import Slot, WorkspaceState
+from ._events import forget_rule_retries
 from ._model import WorkspaceModel
 from ._strategies import DEFAULT_DTYPES, keys, slots, spec_lists, specs
 
@@ -402,6 +403,10 @@ class WorkspaceMachine(RuleBasedStateMachine):
         note(f"acquire(slot={slot}) ({which})")
         spec: Spec = ((4,), self.dtype_pool[0])
         self._refused(kind, which, self.transitions.acquire, slot, spec)
+
+    def teardown(self) -> None:
+        """Keep ``--hypothesis-show-statistics`` readable (:mod:`._events`)."""
+        forget_rule_retries()
 
     # ----- invariants -----
 

@@ -13,6 +13,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from .._state import Slot
+from ._checks import check_count, check_dtype_pool, check_hashables, order_check
 
 #: NumPy dtypes with 1, 2, 4, 8 and 16 byte items.
 DEFAULT_DTYPES: tuple[np.dtype[Any], ...] = tuple(
@@ -30,34 +31,53 @@ def dtypes(pool: Sequence[Any] = DEFAULT_DTYPES) -> st.SearchStrategy[Any]:
     Returns:
         A strategy of elements of ``pool``.
 
+    Raises:
+        TypeError: ``pool`` is not a sequence, or holds something without an int ``itemsize``.
+        ValueError: ``pool`` is empty.
+
     Example:
         >>> from hypothesis import find
         >>> find(dtypes(), lambda d: d.itemsize > 4)
         dtype('float64')
     """
-    return st.sampled_from(list(pool))
+    return st.sampled_from(check_dtype_pool("dtypes", "pool", pool))
 
 
-def shapes(*, max_dims: int = 3, max_side: int = 40) -> st.SearchStrategy[tuple[int, ...]]:
+def shapes(
+    *, max_dims: int = 3, max_side: int = 40, min_side: int = 0
+) -> st.SearchStrategy[tuple[int, ...]]:
     """Shapes: tuples of non-negative ints, zero-sized dimensions and ``()`` included.
 
     Args:
         max_dims: the most dimensions.
         max_side: the largest size of one dimension.
+        min_side: the smallest size of one dimension (``1`` leaves out empty shapes).
 
     Returns:
         A strategy of tuples, shrinking towards ``()``.
+
+    Raises:
+        TypeError: an argument is not an int.
+        ValueError: a negative argument, or ``min_side > max_side``.
 
     Example:
         >>> from hypothesis import find
         >>> find(shapes(max_dims=2, max_side=4), lambda s: len(s) == 2 and sum(s) > 5)
         (2, 4)
     """
-    return st.lists(st.integers(0, max_side), min_size=0, max_size=max_dims).map(tuple)
+    check_count("shapes", "max_dims", max_dims, floor=0)
+    check_count("shapes", "max_side", max_side, floor=0)
+    check_count("shapes", "min_side", min_side, floor=0)
+    order_check("shapes", "min_side", min_side, "max_side", max_side)
+    return st.lists(st.integers(min_side, max_side), min_size=0, max_size=max_dims).map(tuple)
 
 
 def specs(
-    *, dtype_pool: Sequence[Any] = DEFAULT_DTYPES, max_dims: int = 3, max_side: int = 40
+    *,
+    dtype_pool: Sequence[Any] = DEFAULT_DTYPES,
+    max_dims: int = 3,
+    max_side: int = 40,
+    min_side: int = 0,
 ) -> st.SearchStrategy[tuple[tuple[int, ...], Any]]:
     """``(shape, dtype)`` pairs, as ``get_simultaneous`` takes them.
 
@@ -65,16 +85,22 @@ def specs(
         dtype_pool: the dtypes to draw from (see :func:`dtypes`).
         max_dims: see :func:`shapes`.
         max_side: see :func:`shapes`.
+        min_side: see :func:`shapes`.
 
     Returns:
         A strategy of pairs.
+
+    Raises:
+        TypeError: see :func:`dtypes` and :func:`shapes`.
+        ValueError: see :func:`dtypes` and :func:`shapes`.
 
     Example:
         >>> from hypothesis import find
         >>> find(specs(), lambda spec: len(spec[0]) == 1 and spec[1].itemsize == 4)
         ((0,), dtype('int32'))
     """
-    return st.tuples(shapes(max_dims=max_dims, max_side=max_side), dtypes(dtype_pool))
+    sizes = shapes(max_dims=max_dims, max_side=max_side, min_side=min_side)
+    return st.tuples(sizes, dtypes(dtype_pool))
 
 
 def spec_lists(
@@ -90,11 +116,18 @@ def spec_lists(
     Returns:
         A strategy of lists of ``(shape, dtype)`` pairs.
 
+    Raises:
+        TypeError: a size is not an int, or see :func:`specs`.
+        ValueError: a negative size, ``min_size > max_size``, or see :func:`specs`.
+
     Example:
         >>> from hypothesis import find
         >>> find(spec_lists(max_size=2), lambda specs: len(specs) == 2)
         [((), dtype('uint8')), ((), dtype('uint8'))]
     """
+    check_count("spec_lists", "min_size", min_size, floor=0)
+    check_count("spec_lists", "max_size", max_size, floor=0)
+    order_check("spec_lists", "min_size", min_size, "max_size", max_size)
     return st.lists(specs(**kwargs), min_size=min_size, max_size=max_size)
 
 
@@ -108,11 +141,17 @@ def slots(num_ubatches: int, num_lanes: int) -> st.SearchStrategy[Slot]:
     Returns:
         A strategy of pairs, shrinking towards ``(0, 0)``.
 
+    Raises:
+        TypeError: a count is not an int.
+        ValueError: a count is below one.
+
     Example:
         >>> from hypothesis import find
         >>> find(slots(2, 3), lambda slot: slot[1] == 2)
         (0, 2)
     """
+    check_count("slots", "num_ubatches", num_ubatches, floor=1)
+    check_count("slots", "num_lanes", num_lanes, floor=1)
     return st.tuples(st.integers(0, num_ubatches - 1), st.integers(0, num_lanes - 1))
 
 
@@ -125,9 +164,13 @@ def keys(names: Sequence[Hashable] = ("a", "b", "c")) -> st.SearchStrategy[Hasha
     Returns:
         A strategy of elements of ``names``, shrinking towards the first.
 
+    Raises:
+        TypeError: ``names`` is a string or not a sequence, or holds an unhashable key.
+        ValueError: ``names`` is empty.
+
     Example:
         >>> from hypothesis import find
         >>> find(keys(), lambda key: key != "a")
         'b'
     """
-    return st.sampled_from(list(names))
+    return st.sampled_from(check_hashables("keys", "names", names))

@@ -3,7 +3,9 @@
 Like :mod:`functional_ws.testing` for the pure core, but torch-aware and for a real manager:
 yours, vLLM's, or :class:`interop.WorkspaceManager`. :func:`check_workspace` runs a Hypothesis
 state machine (:class:`WorkspaceAPIMachine`) that checks, with real bytes, the property
-families in :data:`PROPERTIES`; select some with ``properties=``. Needs Hypothesis
+families in :data:`PROPERTIES`; select some with ``properties=``. :func:`no_accelerator_cache`
+lets a verbatim copy of vLLM's class grow on CPU-only torch, and :func:`register_profiles`
+registers the ``ci`` and ``dev`` Hypothesis profiles the kit is tuned for. Needs Hypothesis
 (``pip install 'functional-ws[testing]'``).
 
 Example:
@@ -21,6 +23,9 @@ except ImportError as err:
         name="hypothesis",
     ) from err
 
+from functional_ws.testing import register_profiles as register_profiles
+
+from ._accelerator import no_accelerator_cache as no_accelerator_cache
 from ._check import check_workspace as check_workspace
 from ._check import make_machine as make_machine
 from ._config import MachineConfig as MachineConfig
@@ -39,4 +44,6 @@ __all__ = [
     "WorkspaceAPIMachine",
     "check_workspace",
     "make_machine",
+    "no_accelerator_cache",
+    "register_profiles",
 ]

@@ -1,21 +1,32 @@
 """The one-line runner: configure the machine for a manager and run it under Hypothesis.
 
 The machine takes its configuration in its constructor; :func:`check_workspace` runs
-``run_state_machine_as_test(lambda: WorkspaceAPIMachine(config))``, and :func:`make_machine`
-binds a configuration to a class for a test module that collects its ``TestCase``.
+``run_state_machine_as_test(lambda: WorkspaceAPIMachine(config))`` and reports the simplest
+of the distinct failures Hypothesis found as one ``AssertionError`` (the others in its
+notes), and :func:`make_machine` binds a configuration to a class for a test module that
+collects its ``TestCase``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import contextlib
+import sys
+from collections.abc import Callable, Iterable
 
 import hypothesis
 from hypothesis import Phase
+from hypothesis.errors import Flaky
 from hypothesis.stateful import run_state_machine_as_test
+from hypothesis.statistics import collector, describe_statistics
 
 from ._config import MachineConfig, ManagerFactory, SlotSelector
 from ._machine import WorkspaceAPIMachine
 from ._properties import select_properties
+
+if sys.version_info >= (3, 11):
+    from builtins import BaseExceptionGroup
+else:  # Hypothesis depends on the backport there
+    from exceptiongroup import BaseExceptionGroup
 
 
 def make_machine(
@@ -26,6 +37,7 @@ def make_machine(
     use_lane: SlotSelector | None = None,
     use_ubatch: SlotSelector | None = None,
     properties: Iterable[str] | None = None,
+    empty_requests: bool = True,
 ) -> type[WorkspaceAPIMachine]:
     """A :class:`WorkspaceAPIMachine` subclass whose constructor takes no arguments.
 
@@ -41,14 +53,17 @@ def make_machine(
     Raises:
         ValueError: an unknown property name (the message lists the valid ones), a count
             below one, or more than one ubatch (lane) without ``use_ubatch`` (``use_lane``).
-        TypeError: ``factory`` is not callable.
+        TypeError: ``factory`` or a selector is not callable, a count is not an int,
+            ``properties`` not names, ``empty_requests`` not a bool.
 
     Example:
         >>> import interop
         >>> Machine = make_machine(lambda u, l: interop.WorkspaceManager("cpu", u, l))
         >>> TestFacade = Machine.TestCase  # collect this in a test module
     """
-    config = _config(factory, num_ubatches, num_lanes, use_lane, use_ubatch, properties)
+    config = _config(
+        factory, num_ubatches, num_lanes, use_lane, use_ubatch, properties, empty_requests
+    )
 
     class ConfiguredMachine(WorkspaceAPIMachine):
         def __init__(self) -> None:
@@ -65,14 +80,19 @@ def check_workspace(
     use_lane: SlotSelector | None = None,
     use_ubatch: SlotSelector | None = None,
     properties: Iterable[str] | None = None,
+    empty_requests: bool = True,
     settings: hypothesis.settings | None = None,
+    statistics: Callable[[str], object] | None = None,
 ) -> None:
     """Check a manager with the original ``WorkspaceManager`` API against the kit's properties.
 
     Hypothesis drives fresh managers through random calls in random slots, with real bytes
     (patterns in retained spans and persistent tensors, scribbles over scratch views), and
     checks the selected property families after every call. A failure is shrunk to a short
-    call sequence and raised with a note per call.
+    call sequence and raised with a note per call. Besides random calls, rules aim at the
+    retained span's boundaries: requests ending just before, at and just past its start,
+    growth by less than the alignment, the span asked for again with the same key and
+    another size or by another key.
 
     Args:
         factory: ``factory(num_ubatches, num_lanes)`` returns a fresh manager with
@@ -86,17 +106,36 @@ def check_workspace(
         use_ubatch: ``use_ubatch(i)`` likewise for ubatches.
         properties: names of the families to check (:data:`PROPERTIES`), default all. A
             manager that deliberately differs leaves a family out (say why in a comment).
+        empty_requests: ``False`` makes no ``get_simultaneous`` request of zero bytes in
+            all. vLLM's original raises ``TypeError`` on one to a slot that never grew; the
+            default finds that, and ``False`` looks past it for other bugs.
         settings: Hypothesis settings, used as given; ``None`` uses the loaded profile
             without Hypothesis's explain phase (it only names the kit's own lines, and made
-            reporting a planted bug about three times slower).
+            reporting a planted bug about three times slower) and with
+            ``report_multiple_bugs=False`` (shrinking every distinct failure of a badly
+            broken copy can take minutes; pass settings with it on to have them all). See
+            :func:`functional_ws.testing.register_profiles` for the ``ci`` and ``dev``
+            profiles.
+        statistics: called once with Hypothesis's statistics of the run (``print``, or a
+            list's ``append``): the text ``pytest --hypothesis-show-statistics`` prints for
+            a ``@given`` test, which it cannot show for this call. Its events say what the
+            runs exercised: calls of each kind, growths, requests reaching into a retained
+            span or ending at its start, ``get_retained`` answers checked, refusals while
+            locked (the ``make_machine(...).TestCase`` form shows them under pytest's
+            option).
 
     Raises:
-        AssertionError: a property failed; the shrunk calls, with a note per call, are in
-            the exception's notes (``__notes__``). An exception the manager raised is
-            re-raised the same way, and several distinct failures come as an
-            ``ExceptionGroup`` when the settings' ``report_multiple_bugs`` is on.
+        AssertionError: a property failed, or the manager raised where it must not (the
+            message names the call; the manager's exception is its ``__cause__``). The
+            shrunk calls, with a note per call, are in the exception's notes
+            (``__notes__``). When Hypothesis found several distinct failures (with
+            ``report_multiple_bugs`` on in ``settings``), the simplest is raised and the
+            others, each shrunk, are summarised in its notes. A ``hypothesis.errors.Flaky``
+            failure (one that did not replay) is raised as Hypothesis raises it.
         ValueError: an unknown property name, a bad count, or a missing selector.
-        TypeError: ``factory`` is not callable.
+        TypeError: ``factory`` or a selector is not callable, a count is not an int,
+            ``properties`` not names, ``empty_requests`` not a bool, ``settings`` not a
+            ``hypothesis.settings``.
 
     Example:
         >>> import interop
@@ -108,12 +147,79 @@ def check_workspace(
         ...     settings=settings(max_examples=5, stateful_step_count=10),
         ... )
     """
-    config = _config(factory, num_ubatches, num_lanes, use_lane, use_ubatch, properties)
-    # Hypothesis documents any zero-argument factory here; its annotation says a class.
-    run_state_machine_as_test(
-        lambda: WorkspaceAPIMachine(config),  # type: ignore[arg-type]
-        settings=_default() if settings is None else settings,
+    config = _config(
+        factory, num_ubatches, num_lanes, use_lane, use_ubatch, properties, empty_requests
     )
+    if settings is not None and not isinstance(settings, hypothesis.settings):
+        raise TypeError(
+            f"settings must be None or a hypothesis.settings, got {settings!r}: e.g. "
+            "settings=hypothesis.settings(max_examples=50)."
+        )
+    if statistics is not None and not callable(statistics):
+        raise TypeError(
+            f"statistics must be None or callable with the statistics' text (e.g. print), "
+            f"got {statistics!r}."
+        )
+    failure: BaseException | None = None
+    try:
+        with _reporting(statistics):
+            # Hypothesis documents any zero-argument factory here; its annotation says a class.
+            run_state_machine_as_test(
+                lambda: WorkspaceAPIMachine(config),  # type: ignore[arg-type]
+                settings=_default() if settings is None else settings,
+            )
+    except BaseExceptionGroup as group:
+        if isinstance(group, Flaky):
+            raise
+        failure = one_failure(group)
+    if failure is not None:  # raised outside the handler: the group is not its context
+        raise failure
+
+
+def one_failure(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """The simplest of Hypothesis's distinct failures, the others summarised in its notes.
+
+    Hypothesis orders the failures it reports simplest last (by the size of their shrunk
+    examples), the order in which it keeps one when ``report_multiple_bugs`` is off.
+
+    Args:
+        group: the ``ExceptionGroup`` Hypothesis raised.
+
+    Returns:
+        Its last exception, with a note per other failure: its first line and shrunk calls.
+
+    Example:
+        >>> group = BaseExceptionGroup("2 failures", [KeyError("x"), AssertionError("y")])
+        >>> err = one_failure(group)
+        >>> err, err.__notes__[0]
+        (AssertionError('y'), 'check_workspace found 2 distinct failures; the simplest is above...')
+    """
+    *others, simplest = group.exceptions
+    notes = [
+        f"check_workspace found {len(group.exceptions)} distinct failures; the simplest is "
+        "above, and the others were, each shrunk on its own:"
+    ]
+    for other in reversed(others):
+        first = (str(other).splitlines() or [""])[0]
+        notes.append(f"- {type(other).__name__}: {first}")
+        skip = ("state.new_manager()", "state.teardown()")
+        steps = [
+            n for n in getattr(other, "__notes__", []) if n.startswith("state.") and n not in skip
+        ]
+        notes += [f"    {step}" for step in steps]
+    # BaseException.add_note is Python 3.11's; the attribute is what it sets.
+    simplest.__notes__ = [*getattr(simplest, "__notes__", []), *notes]
+    return simplest
+
+
+def _reporting(
+    statistics: Callable[[str], object] | None,
+) -> contextlib.AbstractContextManager[None]:
+    """Hand Hypothesis's statistics of the run to ``statistics`` (nothing if ``None``)."""
+    if statistics is None:
+        return contextlib.nullcontext()
+    # The pytest plugin's hook for its --hypothesis-show-statistics (typed there as None).
+    return collector.with_value(lambda stats: statistics(describe_statistics(stats)))  # type: ignore[arg-type]
 
 
 def _config(
@@ -123,13 +229,22 @@ def _config(
     use_lane: SlotSelector | None,
     use_ubatch: SlotSelector | None,
     properties: Iterable[str] | None,
+    empty_requests: bool,
 ) -> MachineConfig:
     chosen = select_properties(properties)
-    return MachineConfig(factory, num_ubatches, num_lanes, use_lane, use_ubatch, chosen)
+    return MachineConfig(
+        factory,
+        num_ubatches,
+        num_lanes,
+        use_lane,
+        use_ubatch,
+        chosen,
+        empty_requests=empty_requests,
+    )
 
 
 def _default() -> hypothesis.settings:
-    """The loaded Hypothesis profile without its explain phase.
+    """The loaded Hypothesis profile without its explain phase, reporting one failure.
 
     The explain phase re-runs a failure many times to name the lines of code that only
     failing runs reach; here those lines are the kit's own. It made reporting a planted bug
@@ -137,8 +252,13 @@ def _default() -> hypothesis.settings:
     1.2-1.8 s without it, 3.4-6.7 s with it, for the intact, locked and refusal bugs of
     ``tests/_managers.py``).
 
+    One failure: with ``report_multiple_bugs`` Hypothesis keeps looking for other failures
+    and shrinks each distinct one on its own, and a copy with a slot-index bug fails in many
+    distinct ways: under ``ci`` it took 221 s to report, against 1.9 s for the one failure
+    (measured on this 2-core CPU; ``tests/_mutants.py``, slot-ubatch-plus-lane).
+
     Returns:
         Settings to pass to ``run_state_machine_as_test``.
     """
     phases = tuple(p for p in hypothesis.settings().phases if p is not Phase.explain)
-    return hypothesis.settings(phases=phases)
+    return hypothesis.settings(phases=phases, report_multiple_bugs=False)

@@ -11,6 +11,7 @@ from typing import Any, Protocol, TypeVar
 import torch
 
 from functional_ws import WorkspaceState
+from functional_ws._checks import check_int, is_int
 
 from ._properties import select_properties
 
@@ -65,9 +66,14 @@ class MachineConfig:
             that the manager carries them out: the same state after every call, every view
             at the offset the core planned from one base per buffer, the same ``intact``,
             and the core's own error class for every refusal.
+        empty_requests: whether ``get_simultaneous`` is asked for zero bytes in all (the
+            original crashes on one to a slot that never grew: a real bug, found by
+            default; ``False`` makes no such request, to look past it).
 
     Raises:
-        TypeError: ``factory`` or ``core_state`` is not callable.
+        TypeError: ``factory``, ``core_state``, ``use_lane`` or ``use_ubatch`` is not
+            callable, a count is not an int, ``empty_requests`` not a bool, or
+            ``properties`` not an iterable of strings.
         ValueError: an unknown property, a count below one, or more than one ubatch (lane)
             without ``use_ubatch`` (``use_lane``).
 
@@ -87,6 +93,7 @@ class MachineConfig:
     use_ubatch: SlotSelector | None = None
     properties: frozenset[str] = dataclasses.field(default_factory=lambda: select_properties(None))
     core_state: StateReader | None = None
+    empty_requests: bool = True
 
     def __post_init__(self) -> None:
         if not callable(self.factory):
@@ -94,6 +101,15 @@ class MachineConfig:
                 f"factory must be callable as factory(num_ubatches, num_lanes), got "
                 f"{self.factory!r}."
             )
+        for name in ("use_lane", "use_ubatch"):
+            selector = getattr(self, name)
+            if selector is not None and not callable(selector):
+                raise TypeError(
+                    f"{name} must be None or callable as {name}(i), returning a context "
+                    f"manager that selects it, got {selector!r}."
+                )
+        if not isinstance(self.empty_requests, bool):
+            raise TypeError(f"empty_requests must be True or False, got {self.empty_requests!r}.")
         if self.core_state is not None and not callable(self.core_state):
             raise TypeError(
                 f"core_state must be callable as core_state(manager), returning its "
@@ -104,8 +120,9 @@ class MachineConfig:
         object.__setattr__(self, "properties", select_properties(self.properties))
         for name, selector in (("num_ubatches", "use_ubatch"), ("num_lanes", "use_lane")):
             count = getattr(self, name)
-            if not isinstance(count, int) or isinstance(count, bool) or count < 1:
-                raise ValueError(f"{name} must be an int of at least one, got {count!r}.")
+            if not is_int(count):
+                raise TypeError(f"{name} must be an int, got {count!r}.")
+            check_int(count, name, minimum=1)
             if count > 1 and getattr(self, selector) is None:
                 raise ValueError(
                     f"{name}={count} needs {selector}: a function of the index returning a "

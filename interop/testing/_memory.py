@@ -60,6 +60,9 @@ class Buffer:
         lock_serial: the machine's lock counter then, or ``None`` if it was unlocked.
         phase: the address and description of the first view seen in it (the reference for
             relative alignment).
+        origin: the address of the first non-empty view of the first ``get_simultaneous``
+            seen in it: where the original lays requests out from (the views before it, if
+            any, were empty, and empty views take no room).
         base: the address the core's offsets count from (the slot's base), once a view with
             a planned offset was seen in it (only with ``core_state``).
     """
@@ -70,6 +73,7 @@ class Buffer:
     epoch: int
     lock_serial: int | None
     phase: tuple[int, str] | None = None
+    origin: int | None = None
     base: int | None = None
 
     @classmethod

@@ -15,11 +15,14 @@ DESCRIPTIONS: dict[str, str] = {
     "absolute_alignment": "every view's data_ptr() is a multiple of 256, whatever address "
     "the allocator gave the buffer",
     "intact": "get_retained says intact=True only when the bytes the previous call left are "
-    "really unchanged (same key, same span, no scribble, no reallocation)",
+    "really unchanged (same key, same span, no scribble, no reallocation), and says so "
+    "whenever nothing reached them (same key, shape and dtype, same buffer, no request since "
+    "ending past the span's start)",
     "locked": "while locked: no growth and no new persistent keys (AssertionError), no refusal "
     "of what fits, and a refused call leaves retained bytes and persistent contents alone",
     "persistent": "one factory call per key per slot, the same object on repeat, zero_init "
-    "only once, contents kept, ValueError for another shape or dtype",
+    "only once, contents kept, ValueError for another shape or dtype, a tensor's key apart "
+    "from a resource's",
 }
 
 #: The names of all property families, in a fixed order.
@@ -36,6 +39,7 @@ def select_properties(names: Iterable[str] | None) -> frozenset[str]:
         The selected names.
 
     Raises:
+        TypeError: ``names`` is not an iterable of strings.
         ValueError: an unknown name; the message lists the valid ones.
 
     Example:
@@ -48,7 +52,13 @@ def select_properties(names: Iterable[str] | None) -> frozenset[str]:
     """
     if names is None:
         return frozenset(PROPERTIES)
-    chosen = frozenset([names] if isinstance(names, str) else names)
+    try:
+        chosen = frozenset([names] if isinstance(names, str) else names)
+    except TypeError:
+        raise TypeError(f"properties must be None or an iterable of names, got {names!r}") from None
+    wrong = [name for name in chosen if not isinstance(name, str)]
+    if wrong:
+        raise TypeError(f"properties must be names (strings), got {wrong[0]!r} in {names!r}")
     unknown = sorted(chosen - set(PROPERTIES))
     if unknown:
         raise ValueError(f"unknown properties {unknown}; valid: {', '.join(PROPERTIES)}")

@@ -44,6 +44,11 @@ class SlotTrack:
         served: the most bytes one call needed in that buffer (its capacity is at least this).
         acquired: the views of its latest ``get_simultaneous``.
         retained: its retained span, if any.
+        retained_spec: the shape and dtype its last ``get_retained`` asked for (in this
+            buffer).
+        last_retained: the key, shape and dtype of its last ``get_retained`` (in any buffer).
+        requests: ``get_simultaneous`` calls since then (in any buffer).
+        since: the largest padded ``get_simultaneous`` request since then (in this buffer).
         history: the calls in this slot since the retained pattern was written.
         tensors: persistent tensors by key.
         resources: persistent resources by key.
@@ -55,6 +60,10 @@ class SlotTrack:
     served: int = 0
     acquired: list[Range] = dataclasses.field(default_factory=list)
     retained: Range | None = None
+    retained_spec: Spec | None = None
+    last_retained: tuple[Hashable, Spec] | None = None
+    requests: int = 0
+    since: int = 0
     history: list[str] = dataclasses.field(default_factory=list)
     tensors: dict[Hashable, PersistentTensor] = dataclasses.field(default_factory=dict)
     resources: dict[Hashable, Any] = dataclasses.field(default_factory=dict)
@@ -70,6 +79,7 @@ class SlotTrack:
         """Forget everything about the old buffer."""
         self.buffer, self.served = buffer, need
         self.acquired, self.retained, self.history = [], None, []
+        self.retained_spec, self.since = None, 0
 
 
 def overlap(a: tuple[int, int], b: tuple[int, int]) -> int:
