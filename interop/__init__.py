@@ -4,6 +4,8 @@ It holds a :class:`functional_ws.WorkspaceState` and the device buffers, carries
 growth the pure core plans, and hands out typed views.
 """
 
+import sys as _sys
+
 from functional_ws import CapacityLimitError as CapacityLimitError
 from functional_ws import InvalidConfigError as InvalidConfigError
 from functional_ws import InvalidPlanError as InvalidPlanError
@@ -15,10 +17,13 @@ from functional_ws import UbatchNotConfiguredError as UbatchNotConfiguredError
 from functional_ws import WorkspaceError as WorkspaceError
 from functional_ws import WorkspaceLockedError as WorkspaceLockedError
 
+from . import _module_api
 from ._context import current_slot as current_slot
+from ._context import dbo_current_ubatch_id as dbo_current_ubatch_id
 from ._context import set_ubatch_provider as set_ubatch_provider
 from ._context import use_workspace_lane as use_workspace_lane
 from ._context import use_workspace_ubatch as use_workspace_ubatch
+from ._context import use_workspace_ubatch_id as use_workspace_ubatch_id
 from ._errors import AllocationDeviceError as AllocationDeviceError
 from ._errors import AllocationDtypeError as AllocationDtypeError
 from ._errors import AllocationLayoutError as AllocationLayoutError
@@ -131,6 +136,7 @@ __all__ = [
     "configure_jax_for_sharing",
     "current_slot",
     "current_workspace_manager",
+    "dbo_current_ubatch_id",
     "init_workspace_manager",
     "is_workspace_manager_initialized",
     "jax_call",
@@ -143,4 +149,12 @@ __all__ = [
     "unlock_workspace",
     "use_workspace_lane",
     "use_workspace_ubatch",
+    "use_workspace_ubatch_id",
 ]
+
+#: The process-wide manager (vLLM's module attribute: its tests patch it). The module-level
+#: functions read it when called; ``init_workspace_manager`` sets it.
+_manager: WorkspaceManager | None = None
+
+# The package's class tells the slot selection when dbo_current_ubatch_id is replaced.
+_sys.modules[__name__].__class__ = _module_api.WorkspaceModule

@@ -1,11 +1,14 @@
 """Which slot the calling code works in: its lane and its ubatch, per execution context.
 
 Both live in one context variable, so every thread and every asyncio task sees its own, and
-a ``with`` block restores the previous values on exit (exceptions included). The original
-read the ubatch from vLLM's dual-batch-overlap thread map; here it is a context variable
-that defaults to 0, and code that tracks ubatches itself can install a provider function
-(:func:`set_ubatch_provider`) consulted whenever no :func:`use_workspace_ubatch` block is
-active.
+a ``with`` block restores the previous values on exit (exceptions included).
+
+The ubatch, in this order: the innermost :func:`use_workspace_ubatch` (or
+:func:`use_workspace_ubatch_id`, upstream PR #58161's name) block; else
+``interop.dbo_current_ubatch_id()``, read at each request, as vLLM's workspace module reads
+its import of that function (so ``monkeypatch.setattr(interop, "dbo_current_ubatch_id", f)``
+works as in vLLM's tests); its default answers what the provider installed with
+:func:`set_ubatch_provider` says, else 0.
 """
 
 from __future__ import annotations
@@ -24,8 +27,38 @@ from ._compile import run_eagerly_under_compile
 #: the hot paths read it on every request, and one read is measurably cheaper than two.
 SLOT: ContextVar[tuple[int | None, int]] = ContextVar("functional_ws_slot", default=(None, 0))
 
-#: The installed ubatch provider (read by the hot paths; set with :func:`set_ubatch_provider`).
+#: Who says the ubatch outside any block, as the hot paths read it: ``None`` for 0, else the
+#: function to call (``interop.dbo_current_ubatch_id`` where it was replaced, else the
+#: function installed with :func:`set_ubatch_provider`). Kept by :func:`_refresh`.
 provider: Callable[[], int] | None = None
+_installed: Callable[[], int] | None = None  # set_ubatch_provider's
+_replaced: Callable[[], int] | None = None  # interop.dbo_current_ubatch_id, where replaced
+
+
+def dbo_current_ubatch_id() -> int:
+    """The ubatch outside any :func:`use_workspace_ubatch` block: what the provider
+    installed with :func:`set_ubatch_provider` says, else 0 (vLLM's function of that name,
+    which its tests replace: ``interop.dbo_current_ubatch_id`` is read at each request).
+
+    Example:
+        >>> from interop import dbo_current_ubatch_id
+        >>> dbo_current_ubatch_id()
+        0
+    """
+    return 0 if _installed is None else _installed()
+
+
+def ubatch_function_replaced(function: Callable[[], int] | None) -> None:
+    """``interop.dbo_current_ubatch_id`` was set to ``function`` (``None``: back to its
+    default), by the package's attribute hook."""
+    global _replaced
+    _replaced = None if function is dbo_current_ubatch_id else function
+    _refresh()
+
+
+def _refresh() -> None:
+    global provider
+    provider = _replaced if _replaced is not None else _installed
 
 
 def _check_index(name: str, value: object) -> int:
@@ -88,6 +121,19 @@ def use_workspace_lane(lane: int) -> _Selection:
     return _Selection(1, _check_index("lane", lane))
 
 
+def use_workspace_ubatch_id(ubatch: int) -> _Selection:
+    """Select the ubatch slot for this execution context: :func:`use_workspace_ubatch`
+    under upstream's name (vllm-project/vllm PR #58161).
+
+    Example:
+        >>> from interop import current_slot, use_workspace_ubatch_id
+        >>> with use_workspace_ubatch_id(1):
+        ...     current_slot()
+        (1, 0)
+    """
+    return use_workspace_ubatch(ubatch)
+
+
 def use_workspace_ubatch(ubatch: int) -> _Selection:
     """Select the ubatch slot for this execution context (vLLM's dual-batch overlap).
 
@@ -115,8 +161,9 @@ def use_workspace_ubatch(ubatch: int) -> _Selection:
 def set_ubatch_provider(function: Callable[[], int] | None) -> Callable[[], int] | None:
     """Install a function that says the current ubatch (for code that tracks ubatches itself).
 
-    It is called on each request made outside any :func:`use_workspace_ubatch` block; the
-    setting is process-wide, like vLLM's ``dbo_current_ubatch_id``.
+    It is called on each request made outside any :func:`use_workspace_ubatch` block (by
+    ``interop.dbo_current_ubatch_id``'s default; a replaced ``dbo_current_ubatch_id`` wins);
+    the setting is process-wide, like vLLM's ``dbo_current_ubatch_id``.
 
     Args:
         function: of no arguments, returning a non-negative int; or ``None`` to go back to
@@ -138,10 +185,11 @@ def set_ubatch_provider(function: Callable[[], int] | None) -> Callable[[], int]
         >>> current_slot()
         (0, 0)
     """
-    global provider
+    global _installed
     if function is not None and not callable(function):
         raise TypeError(f"provider must be a callable returning an int or None, got {function!r}.")
-    previous, provider = provider, function
+    previous, _installed = _installed, function
+    _refresh()
     return previous
 
 

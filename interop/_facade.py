@@ -193,6 +193,14 @@ class WorkspaceManager:
         read; changing it changes nothing here."""
         return self._engine.buffers.buffers()
 
+    def _get_workspace_id(self) -> int:
+        """The current slot's position, ``ubatch * num_lanes + lane`` (upstream's private
+        method, which vLLM's tests call; PR #58161's tests call it ``_resolve_workspace_id``
+        too)."""
+        return self._engine.state.index(current_slot())
+
+    _resolve_workspace_id = _get_workspace_id
+
     def is_locked(self) -> bool:
         """Check if workspace is locked."""
         return self._engine.state.locked
@@ -286,7 +294,7 @@ class WorkspaceManager:
         state = self._engine.update(fws.lock if locked else fws.unlock)
         if debug_enabled():
             logger.info(
-                "[WORKSPACE DEBUG] Workspace %s. Current sizes (MB): %s",
+                "[WORKSPACE DEBUG] Workspace %s. Current sizes: %s",
                 "locked" if locked else "unlocked",
                 [s.capacity / _MB for s in state.slots if s.capacity],
             )

@@ -1,7 +1,16 @@
-"""The original's module-level API: one process-wide manager and functions that reach it."""
+"""The original's module-level API: one process-wide manager and functions that reach it.
+
+As in vLLM's workspace module, the manager is the package's attribute ``interop._manager``
+and every function here reads it when called, so a test that does
+``monkeypatch.setattr(interop, "_manager", m)`` reaches ``m`` through all of them. The
+package's class (:class:`WorkspaceModule`) also tells the slot selection when
+``interop.dbo_current_ubatch_id`` is replaced (``_context.py``).
+"""
 
 from __future__ import annotations
 
+import sys
+import types
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
@@ -10,12 +19,33 @@ import torch
 
 import functional_ws as fws
 
+from . import _context
 from ._allocators import AllocatorArg
 from ._diagnostics import logger
 from ._errors import NotInitializedError
 from ._facade import WorkspaceManager
 
-_manager: WorkspaceManager | None = None
+#: The ``interop`` package, whose ``_manager`` attribute is the process-wide manager.
+_PACKAGE = sys.modules[__name__.rpartition(".")[0]]
+
+
+class WorkspaceModule(types.ModuleType):
+    """The ``interop`` package's class: setting ``dbo_current_ubatch_id`` on it (as vLLM's
+    tests patch their workspace module) changes how the ubatch is chosen at once."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        super().__setattr__(name, value)
+        if name == "dbo_current_ubatch_id":
+            _context.ubatch_function_replaced(value)
+
+    def __delattr__(self, name: str) -> None:
+        super().__delattr__(name)
+        if name == "dbo_current_ubatch_id":
+            _context.ubatch_function_replaced(None)
+
+
+def _current() -> WorkspaceManager | None:
+    return _PACKAGE.__dict__.get("_manager")
 
 
 def init_workspace_manager(
@@ -52,17 +82,17 @@ def init_workspace_manager(
         WorkspaceManager(device=cpu, 1 ubatch x 1 lane, 0 B, unlocked)
         >>> reset_workspace_manager()
     """
-    global _manager
     manager = WorkspaceManager(
         device, num_ubatches, num_lanes, alloc_context, growth=growth, allocator=allocator
     )
-    if _manager is not None:
+    previous = _current()
+    if previous is not None:
         logger.warning(
             "WorkspaceManager already initialized on device %s, reinitializing on device %s",
-            _manager.device,
+            previous.device,
             manager.device,
         )
-    _manager = manager
+    _PACKAGE._manager = manager  # type: ignore[attr-defined]
 
 
 def current_workspace_manager() -> WorkspaceManager:
@@ -79,12 +109,13 @@ def current_workspace_manager() -> WorkspaceManager:
         ...
         interop.NotInitializedError: WorkspaceManager not initialized. ...
     """
-    if _manager is None:
+    manager = _current()
+    if manager is None:
         raise NotInitializedError(
             "WorkspaceManager not initialized. Call init_workspace_manager() with a device "
             "before using workspace functions."
         )
-    return _manager
+    return manager
 
 
 def is_workspace_manager_initialized() -> bool:
@@ -94,7 +125,7 @@ def is_workspace_manager_initialized() -> bool:
         True if :func:`init_workspace_manager` ran and :func:`reset_workspace_manager` did not
         since.
     """
-    return _manager is not None
+    return _current() is not None
 
 
 def lock_workspace() -> None:
@@ -145,5 +176,4 @@ def unlock_workspace() -> None:
 
 def reset_workspace_manager() -> None:
     """Reset the workspace manager to the uninitialized state (mostly for tests)."""
-    global _manager
-    _manager = None
+    _PACKAGE._manager = None  # type: ignore[attr-defined]

@@ -48,6 +48,7 @@ INTEROP_NAMES = {
     "init_workspace_manager", "is_workspace_manager_initialized", "jax_call", "lock_workspace",
     "reserve_workspace", "reset_workspace_manager", "set_ubatch_provider", "to_jax",
     "to_torch", "unlock_workspace", "use_workspace_lane", "use_workspace_ubatch",
+    "use_workspace_ubatch_id", "dbo_current_ubatch_id",
 }  # fmt: skip
 
 

@@ -7,8 +7,6 @@ manager's slot index follows the override for every (ubatch, lane) pair (the pri
 ``_get_workspace_id`` and ``_resolve_workspace_id``: ``ubatch * num_lanes + lane``), and
 that persistent resources do too, before and after ``lock()``. ``interop``'s
 ``use_workspace_ubatch`` is the same context manager under our name.
-
-These arrive with the lead's drop-in commits: until then they are strict xfails.
 """
 
 from unittest.mock import Mock
@@ -17,8 +15,6 @@ import pytest
 import torch
 
 import interop
-
-pytestmark = pytest.mark.xfail(strict=True, reason="lands with the lead's drop-in commits")
 
 PAIRS = [(ubatch, lane) for ubatch in range(2) for lane in range(2)]
 

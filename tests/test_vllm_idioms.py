@@ -7,8 +7,6 @@ the path without one; the MoE test also patches ``dbo_current_ubatch_id``. The c
 test then calls the module-level functions, which must read ``_manager`` when called. The
 call sites below are written the way those kernels use the workspace, in our own words:
 one imports the functions when it runs, the other at module level.
-
-The attributes arrive with the lead's drop-in commits: until then these are strict xfails.
 """
 
 import logging
@@ -18,8 +16,6 @@ import torch
 
 import interop
 from interop import current_workspace_manager, is_workspace_manager_initialized
-
-pytestmark = pytest.mark.xfail(strict=True, reason="lands with the lead's drop-in commits")
 
 LOCKS = 8  # the kernels size theirs by the device's SM count
 

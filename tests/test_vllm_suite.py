@@ -4,9 +4,8 @@ The only change made to the file is the module's path (``vllm.v1.worker.workspac
 ``interop``; see ``tests/_vllm_sdist.py`` for where the file comes from and the offline
 switches). Its first test, ``test_workspace_lane_count_is_dspark_only``, checks vLLM's
 config and GPU worker (how many lanes vLLM asks for), not the workspace: it is deselected,
-and the two vLLM modules the file imports for it are stand-ins that fail if called. The six
-tests that patch ``workspace.dbo_current_ubatch_id`` are strict xfails until ``interop`` has
-that attribute (the drop-in commits); then they must pass.
+and the two vLLM modules the file imports for it are stand-ins that fail if called. Six of
+them patch ``workspace.dbo_current_ubatch_id``, which ``interop`` reads at each request.
 """
 
 import dataclasses
@@ -16,17 +15,16 @@ from _vllm_sdist import VLLM_0_33_0, rewrite_module_path, run_upstream_tests, sd
 
 TEST_FILE = "tests/v1/worker/test_workspace.py"
 DESELECTED = "test_workspace_lane_count_is_dspark_only"
-#: Every upstream test patches ``workspace.dbo_current_ubatch_id``, except the last.
-_NEEDS_UBATCH_HOOK = pytest.mark.xfail(strict=True, reason="lands with the lead's drop-in commits")
-UPSTREAM_TESTS = {
-    "test_workspace_lanes_do_not_alias_and_restore_context": _NEEDS_UBATCH_HOOK,
-    "test_workspace_lanes_compose_with_ubatches": _NEEDS_UBATCH_HOOK,
-    "test_workspace_lock_blocks_growth_and_unlock_restores": _NEEDS_UBATCH_HOOK,
-    "test_workspace_lane_validation": _NEEDS_UBATCH_HOOK,
-    "test_persistent_resources_are_lazy_and_isolated": _NEEDS_UBATCH_HOOK,
-    "test_persistent_resource_lock_applies_to_each_slot": _NEEDS_UBATCH_HOOK,
-    "test_persistent_tensor_preserves_contents_and_rejects_changes": (),
-}
+#: Every workspace test of the file (all but the last patch workspace.dbo_current_ubatch_id).
+UPSTREAM_TESTS = (
+    "test_workspace_lanes_do_not_alias_and_restore_context",
+    "test_workspace_lanes_compose_with_ubatches",
+    "test_workspace_lock_blocks_growth_and_unlock_restores",
+    "test_workspace_lane_validation",
+    "test_persistent_resources_are_lazy_and_isolated",
+    "test_persistent_resource_lock_applies_to_each_slot",
+    "test_persistent_tensor_preserves_contents_and_rejects_changes",
+)
 
 
 @pytest.fixture(scope="module")
@@ -47,9 +45,7 @@ def test_the_run_collects_every_workspace_test_and_deselects_only_the_config_one
     assert "4 deselected" in output, output  # its four parametrisations, nothing else
 
 
-@pytest.mark.parametrize(
-    "name", [pytest.param(name, marks=marks) for name, marks in UPSTREAM_TESTS.items()]
-)
+@pytest.mark.parametrize("name", UPSTREAM_TESTS)
 def test_upstream_workspace_test_passes_on_interop(upstream_run, name):
     outcomes, output = upstream_run
     result = outcomes.get(name)

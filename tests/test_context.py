@@ -1,0 +1,31 @@
+"""Which slot a call works in (``interop/_context.py``): the ubatch's sources, in order."""
+
+from unittest import mock
+
+import torch
+
+import interop
+from interop import current_slot, set_ubatch_provider, use_workspace_ubatch
+
+
+def test_a_block_beats_a_replaced_dbo_function_which_beats_the_provider(monkeypatch):
+    previous = set_ubatch_provider(lambda: 1)
+    try:
+        assert current_slot() == (1, 0)  # the provider, through dbo_current_ubatch_id
+        assert interop.dbo_current_ubatch_id() == 1
+        monkeypatch.setattr(interop, "dbo_current_ubatch_id", lambda: 2)
+        assert current_slot() == (2, 0)  # a replaced function wins over the provider
+        with use_workspace_ubatch(3):
+            assert current_slot() == (3, 0)  # a block wins over both
+        monkeypatch.undo()
+        assert current_slot() == (1, 0)  # the default is back, reading the provider
+    finally:
+        set_ubatch_provider(previous)
+    assert current_slot() == (0, 0)
+
+
+def test_mock_patch_of_the_module_path_selects_the_ubatch_of_every_manager():
+    ws = interop.WorkspaceManager("cpu", num_ubatches=2)
+    with mock.patch("interop.dbo_current_ubatch_id", return_value=1):
+        ws.get_simultaneous(((16,), torch.uint8))
+    assert [s.capacity for s in ws.state.slots] == [0, 256]
