@@ -91,12 +91,14 @@ class WorkspaceLockedError(WorkspaceError, AssertionError):
     def for_request(
         cls, slot: tuple[int, int], required: int, current: int, origin: str = ""
     ) -> WorkspaceLockedError:
-        """Build the error with the original's wording (sizes in MB) plus exact bytes."""
-        source = f"allocation from '{origin}'" if origin else f"a request for slot {slot}"
+        """Build the error in the original's words, whole, then what we add: the slot, the
+        exact bytes and the fix. ``origin``: the caller's ``file:line:function``
+        (``'unknown'`` where there is none, as the original says)."""
         return cls(
-            f"Workspace is locked but {source} requires {required / _MB:.2f} MB "
-            f"({required} bytes), current size is {current / _MB:.2f} MB ({current} bytes). "
-            "Workspace growth is not allowed after locking. Reserve the worst case before "
+            f"Workspace is locked but allocation from '{origin or 'unknown'}' requires "
+            f"{required / _MB:.2f} MB, current size is {current / _MB:.2f} MB. Workspace "
+            f"growth is not allowed after locking. That is slot {slot} (ubatch, lane): "
+            f"{required} bytes requested, {current} bytes held. Reserve the worst case before "
             "lock() (reserve(...)), or unlock() first.",
             slot=slot,
             required=required,

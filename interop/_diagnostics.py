@@ -13,9 +13,10 @@ import functional_ws
 
 logger = logging.getLogger("interop")
 
-#: Either variable set to 1 turns the debug log on (the second for migrating vLLM users).
+#: Either variable set to a non-zero int (or true, yes, on) turns the debug log on (the second
+#: for migrating vLLM users, read as vLLM reads it).
 DEBUG_VARIABLES = ("FUNCTIONAL_WS_DEBUG", "VLLM_DEBUG_WORKSPACE")
-_TRUE = {"1", "true", "yes", "on"}
+_TRUE = {"true", "yes", "on"}
 
 _LIBRARY_DIRS = tuple(
     os.path.dirname(os.path.abspath(path)) + os.sep
@@ -47,7 +48,17 @@ def debug_enabled() -> bool:
     """Whether the debug log is on; read at each lock, unlock and growth (never per view)."""
     if _ENVIRON is not None and _ENCODED[0] not in _ENVIRON and _ENCODED[1] not in _ENVIRON:
         return False  # neither variable is set: the usual case, one dict lookup each
-    return any(os.environ.get(name, "").strip().lower() in _TRUE for name in DEBUG_VARIABLES)
+    return any(_switched_on(os.environ.get(name, "")) for name in DEBUG_VARIABLES)
+
+
+def _switched_on(value: str) -> bool:
+    """A debug variable's value as vLLM reads ``VLLM_DEBUG_WORKSPACE`` (``bool(int(v))``: any
+    non-zero int), or a word (``true``, ``yes``, ``on``)."""
+    value = value.strip().lower()
+    try:
+        return int(value) != 0
+    except ValueError:
+        return value in _TRUE
 
 
 def is_user_file(filename: str) -> bool:

@@ -101,12 +101,6 @@ def reinit() -> None:
     interop.init_workspace_manager("cpu")
 
 
-_GROWTH_WORDING = pytest.mark.xfail(
-    strict=True, reason="byte counts inside upstream's sentence: the lead fixes it in the core"
-)
-_MB_INSIDE = pytest.mark.xfail(
-    strict=True, reason="'Current sizes (MB):' in interop/_manager.py (the lead's file)"
-)
 NOT_INITIALIZED = (
     "WorkspaceManager not initialized. Call init_workspace_manager() with a device before "
     "using workspace functions."
@@ -180,26 +174,22 @@ ROWS = {
         AssertionError,
         "Workspace is locked but allocation from '<caller>' requires 2.00 MB, current size is "
         "1.00 MB. Workspace growth is not allowed after locking.",
-        _GROWTH_WORDING,
     ),
     "locked-growth-get_retained": Row(
         raises(lambda: locked(((MB,), U8)).get_retained("kv", (3 * MB,), U8)),
         AssertionError,
         "Workspace is locked but allocation from '<caller>' requires 3.00 MB, current size is "
         "1.00 MB. Workspace growth is not allowed after locking.",
-        _GROWTH_WORDING,
     ),
     "lock-debug-log": Row(
         logs(lambda: locked(((MB,), U8))),
         logging.INFO,
         "[WORKSPACE DEBUG] Workspace locked. Current sizes: [1.0]",
-        _MB_INSIDE,
     ),
     "unlock-debug-log": Row(
         logs(lambda: locked(((MB,), U8)).unlock()),
         logging.INFO,
         "[WORKSPACE DEBUG] Workspace unlocked. Current sizes: [1.0]",
-        _MB_INSIDE,
     ),
     "resize-debug-log": Row(
         logs(lambda: Manager("cpu").get_simultaneous(((MB,), U8))),
