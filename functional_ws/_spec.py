@@ -172,6 +172,15 @@ def make_spec(shape: Any, dtype: Any, argname: str = "spec") -> ViewSpec:
             f"{argname}: shape={dims!r} with itemsize {itemsize} needs {nbytes} bytes, "
             f"which is not below 2**63."
         )
+    extent = 1
+    for d in dims:  # what a 64-bit index must reach, a zero dim counted as one
+        extent *= max(d, 1)
+    if extent >= MAX_BYTES:
+        raise InvalidSpecError(
+            f"{argname}: shape={dims!r} spans {extent} elements (its zero dims counted as "
+            "one), which no 64-bit index can address (not below 2**63): a view of it cannot "
+            "be made, even empty."
+        )
     return _checked_spec(dims, dtype, itemsize, nbytes)
 
 
@@ -181,7 +190,8 @@ def plain_nbytes(request: Any) -> int | None:
 
     The cheap check every usual request passes: the original's own arithmetic, plus a type
     test per field. Whatever it accepts, :func:`as_spec` accepts with the same byte count
-    (a property test pins this).
+    (a property test pins this). A request of zero bytes is left to :func:`as_spec`, which
+    checks its shape's extent too.
     """
     if type(request) is not tuple or len(request) != 2:
         return None
@@ -193,7 +203,7 @@ def plain_nbytes(request: Any) -> int | None:
         if type(dim) is not int or dim < 0:
             return None
         nbytes *= dim
-    return nbytes if nbytes < MAX_BYTES else None
+    return nbytes if 0 < nbytes < MAX_BYTES else None
 
 
 def quick_spec(request: Any) -> ViewSpec | None:

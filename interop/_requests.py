@@ -36,7 +36,8 @@ NUMPY_INTS: frozenset[type] = frozenset(
 
 def plain_nbytes(specs: tuple[Any, ...]) -> list[int] | None:
     """The exact bytes of each view of a request in its canonical plain form, or ``None``
-    when the request is spelled otherwise (or is not a request at all).
+    when the request is spelled otherwise (or is not a request at all), or has an empty
+    view (the core then checks the view's shape in full).
 
     Example:
         >>> import torch
@@ -57,6 +58,8 @@ def plain_nbytes(specs: tuple[Any, ...]) -> list[int] | None:
             if type(dim) is not int or dim < 0:
                 return None
             nbytes *= dim
+        if not nbytes:  # a view of nothing: the core checks what its shape spans
+            return None
         sizes.append(nbytes)  # the core refuses views of 2**63 bytes or more
     return sizes
 
