@@ -47,6 +47,7 @@ from ._requests import (
     NUMPY_INTS,
     canonical,
     canonical_shape,
+    check_alignment,
     check_torch_dtypes,
     plain_nbytes,
     plain_shape,
@@ -88,7 +89,8 @@ class WorkspaceManager:
             released, so a context that fails to enter changes nothing.
         growth: ``"slot"`` (the original: only the requesting slot grows) or ``"ubatches"``
             (every ubatch slot of the requesting lane grows with it).
-        alignment: byte alignment of every view, a power of two.
+        alignment: byte alignment of every view, a power of two of at least 16 (the largest
+            torch itemsize).
         allocator: who provides each slot's buffer. ``"torch"`` (torch's allocator, as the
             original); ``"jax"`` (a JAX ``uint8`` array on the matching JAX device, used by
             torch zero-copy through DLPack: on a GPU where JAX preallocated, the workspace
@@ -153,6 +155,7 @@ class WorkspaceManager:
             growth=growth,
             max_capacity=device_memory(self._device),
         )
+        check_alignment(state.alignment)  # a torch view must be able to start at each offset
         self._num_ubatches = state.num_ubatches
         self._num_lanes = state.num_lanes
         count = len(state.slots)

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from functional_ws import InvalidSpecError, ViewSpec, WorkspaceLockedError
+from functional_ws import InvalidConfigError, InvalidSpecError, ViewSpec, WorkspaceLockedError
 
 from ._diagnostics import caller_origin
 
@@ -192,6 +192,28 @@ def torch_specs(pairs: tuple[Any, ...], argname: str) -> list[ViewSpec]:
         check_torch_dtypes((pair,), f"{argname}[{i}] dtype")
         specs.append(ViewSpec.of(pair[0], pair[1], f"{argname}[{i}]"))
     return specs
+
+
+#: The largest itemsize of a torch dtype (complex128's): every view starts at a multiple of
+#: the alignment, and torch needs a view's offset to be a multiple of its itemsize.
+LARGEST_ITEMSIZE = max(d.itemsize for d in vars(torch).values() if isinstance(d, torch.dtype))
+
+
+def check_alignment(alignment: int) -> None:
+    """Refuse an alignment a torch view could not start at (the core took it: any power of
+    two plans bytes; the façade carves torch tensors).
+
+    Raises:
+        InvalidConfigError: (``ValueError``) ``alignment`` below :data:`LARGEST_ITEMSIZE`.
+    """
+    if alignment < LARGEST_ITEMSIZE:
+        raise InvalidConfigError(
+            f"alignment={alignment!r} is smaller than {LARGEST_ITEMSIZE} bytes, the largest "
+            "itemsize of a torch dtype (complex128): a view of such a dtype could not start "
+            "at every offset a layout gives it (torch needs an element's offset to be a "
+            f"multiple of its itemsize). Use alignment >= {LARGEST_ITEMSIZE} (the default is "
+            "256)."
+        )
 
 
 def worded(err: WorkspaceLockedError) -> WorkspaceLockedError:
