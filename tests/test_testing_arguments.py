@@ -4,6 +4,10 @@ Hypothesis builds strategies lazily, so without these checks a bad argument surf
 the first draw, in Hypothesis's words about its own arguments. One table, readable ids.
 """
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 from hypothesis import find, settings
@@ -83,3 +87,17 @@ def test_profiles_are_registered_and_loaded_by_name():
     finally:
         settings.register_profile("restored", previous)
         settings.load_profile("restored")
+
+
+def test_profiles_do_not_inherit_the_profile_loaded_at_import():
+    # Hypothesis loads its own derandomized "ci" profile where the CI variable is set; the
+    # kit's dev profile must still be random and keep the example database.
+    code = (
+        "from functional_ws.testing._profiles import CI, DEV;"
+        "print(CI.derandomize, CI.database is None, DEV.derandomize, DEV.database is None)"
+    )
+    env = {**os.environ, "CI": "1"}
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert out == ["True", "True", "False", "False"]

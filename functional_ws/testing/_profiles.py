@@ -11,9 +11,15 @@ from __future__ import annotations
 
 from hypothesis import HealthCheck, settings
 
+#: Both are built on Hypothesis's ``default`` profile, not on whatever profile is loaded when
+#: this module is imported (Hypothesis loads its own ``ci`` profile where ``CI`` is set).
+_BASE = settings.get_profile("default")
+
 #: Derandomized, 60 examples of up to 40 steps, no deadline, no database: the same run on
 #: every machine, and a failure's reproduction blob printed.
+
 CI = settings(
+    _BASE,
     derandomize=True,
     max_examples=60,
     stateful_step_count=40,
@@ -22,7 +28,14 @@ CI = settings(
     suppress_health_check=[HealthCheck.too_slow],
 )
 #: Random, 1,000 examples of up to 80 steps, no deadline: for a deeper look before a release.
-DEV = settings(max_examples=1000, stateful_step_count=80, deadline=None, print_blob=True)
+DEV = settings(
+    _BASE,
+    derandomize=False,
+    max_examples=1000,
+    stateful_step_count=80,
+    deadline=None,
+    print_blob=True,
+)
 
 
 def register_profiles(
