@@ -30,6 +30,8 @@ class SlotBuffers:
     Attributes:
         carvers: per slot, the :class:`interop._carving.Carver` of its buffer (the engine
             carves through it, under its lock).
+        generation: how many times a buffer was taken or installed (under the engine's
+            lock): views carved at one generation are of the current buffers while it holds.
     """
 
     def __init__(
@@ -41,6 +43,7 @@ class SlotBuffers:
         self._buffers: list[torch.Tensor | None] = [None] * count
         self._owners: list[Any] = [None] * count  # what owns each buffer's memory (a jax.Array)
         self.carvers: list[Carver] = [Carver(None, device) for _ in range(count)]
+        self.generation = 0
 
     def buffer(self, index: int) -> torch.Tensor | None:
         """Slot ``index``'s buffer, ``None`` while it has none."""
@@ -55,6 +58,7 @@ class SlotBuffers:
         buffer = self._buffers[index]
         self._buffers[index] = self._owners[index] = None
         self.carvers[index] = Carver(None, self.device)
+        self.generation += 1
         return buffer
 
     def install(self, index: int, allocation: Allocation) -> None:
@@ -62,6 +66,7 @@ class SlotBuffers:
         self._buffers[index] = allocation.buffer
         self._owners[index] = allocation.owner
         self.carvers[index] = Carver(allocation.buffer, self.device)
+        self.generation += 1
 
     def allocate(
         self,

@@ -199,19 +199,29 @@ class Engine:
         caller runs it again)."""
         if self._device.type == "cuda":
             refuse_growth_during_capture(self._device, *planned[2][0])
+        buffers = self.buffers
+
+        def carve(result: R) -> tuple[F, int]:  # under the mutex, as finish is
+            return finish(result), buffers.generation
+
         try:
-            if self.buffers.allocator.releases_first:
-                done, value, error = self._grow_releasing_first(transition, finish, planned)
+            if buffers.allocator.releases_first:
+                done, value, error = self._grow_releasing_first(transition, carve, planned)
             else:
-                done, value, error = self._grow_allocating_first(transition, finish, planned)
+                done, value, error = self._grow_allocating_first(transition, carve, planned)
         finally:
-            self.buffers.allocator.report()  # logging runs handlers: never under the mutex
+            buffers.allocator.report()  # logging runs handlers: never under the mutex
         if error is not None:
             try:
                 raise error
             finally:  # the traceback holds this frame: keep no cycle through the error
                 error = None
-        return done, value
+        if not done or value is None:
+            return done, None
+        carved, generation = value
+        if generation != buffers.generation:  # user code (a finalizer, a log handler, the
+            return False, None  # context's exit) replaced a buffer since: plan again
+        return True, carved
 
     def _grow_releasing_first(
         self, transition: Transition[R], finish: Callable[[R], F], planned: Planned[R]

@@ -439,7 +439,10 @@ class WorkspaceManager:
             return layout, carved, self._memos.acquired[layout.index], engine.state
 
         layout, carved, memo, state = engine.run(transition, finish)
-        return memoise(memo, specs, layout, carved, state, admitted)
+        views = memoise(memo, specs, layout, carved, state, admitted)
+        if memo.dead:  # the slot grew since the views were carved: serve it again
+            return self.get_simultaneous(*specs)
+        return views
 
     def get_retained(
         self, key: Hashable, shape: tuple[int, ...], dtype: torch.dtype
@@ -522,7 +525,9 @@ class WorkspaceManager:
             return span, planned[1], view, self._memos.retained[span.index], engine.state
 
         span, intact, view, memo, state = engine.run(transition, finish)
-        memoise_retained(memo, (key, shape, dtype), span, view, state)
+        memoise_retained(memo, (key, shape, dtype), span, view, state)  # hashes the key
+        if memo.dead:  # the key's code grew the slot since the view was carved: again
+            return self._retain(key, shape, dtype)
         return view.view(dtype), intact
 
     # ----- reservations and plans -----

@@ -256,7 +256,10 @@ class Memo(dict[Hashable, Any]):
         return False
 
     def remember(self, key: Hashable, entry: Any) -> None:
-        """Keep ``entry`` for ``key`` (an unhashable key is served, not memoised)."""
+        """Keep ``entry`` for ``key`` (an unhashable key is served, not memoised); nothing
+        once this memo is dead (the entry's views are of a retired buffer)."""
+        if self.dead:
+            return
         if len(self) >= self.limit // 2:
             self.old = dict(self)
             self.clear()
@@ -293,10 +296,8 @@ class Memos:
             (self.acquired, self.acquired_at),
             (self.retained, self.retained_at),
         ):
-            dead = memos[index]
-            if not dead and not dead.old:  # no entry to outlive the buffer: keep it
-                continue
-            fresh = Memo(index)
+            dead = memos[index]  # replaced even when empty: a call that carved from the
+            fresh = Memo(index)  # old buffer may still try to insert its entry there
             fresh.last, fresh.seen = dead.last, dead.seen
             dead.dead = True
             dead.clear()

@@ -9,11 +9,12 @@ old buffer must be gone by then: otherwise it stays mapped beside the new one.
 import contextlib
 import gc
 import json
+import logging
 import weakref
 
 import pytest
 import torch
-from _seams import slot_buffer
+from _seams import memo_of, slot_buffer
 from torch.multiprocessing.reductions import StorageWeakRef
 
 import functional_ws as fws
@@ -173,3 +174,129 @@ def test_a_dropped_manager_is_freed_at_once_after_an_out_of_memory(monkeypatch):
             assert manager_that_ran_out(call)() is None
     finally:
         gc.enable()
+
+
+# ----- user code that grows the slot in the middle of a call (issue 20 #1) -----
+
+
+def _inside_current_buffer(ws, views):
+    buffer = slot_buffer(ws)
+    start, end = buffer.data_ptr(), buffer.data_ptr() + buffer.numel()
+    return all(
+        start <= v.data_ptr() and v.data_ptr() + v.numel() * v.element_size() <= end for v in views
+    )
+
+
+class GrowOnce:
+    """Grows slot (0, 0) of ``ws`` when it is called for the ``after``-th time (user code that
+    calls the manager back: a key's ``__hash__``, a context's exit, a log handler)."""
+
+    def __init__(self, after):
+        self.ws, self.countdown, self.size = None, after, 1 << 16
+
+    def __call__(self):
+        self.countdown -= 1
+        if self.countdown == 0:
+            self.size *= 2
+            self.ws.get_simultaneous(((self.size,), U8))
+
+
+class GrowingKey(str):
+    grow = None
+
+    def __hash__(self):
+        GrowingKey.grow()
+        return str.__hash__(self)
+
+    __eq__ = str.__eq__
+
+
+def _alloc_context_exit(grow):
+    @contextlib.contextmanager
+    def context():
+        yield
+        grow()
+
+    return {"alloc_context": context}, contextlib.nullcontext()
+
+
+def _log_handler(grow):
+    class Handler(logging.Handler):
+        def emit(self, record):
+            grow()
+
+    handler = Handler(level=logging.DEBUG)
+
+    @contextlib.contextmanager
+    def attached():
+        logger = logging.getLogger("interop")
+        logger.addHandler(handler)
+        previous = logger.level
+        logger.setLevel(logging.DEBUG)
+        try:
+            yield
+        finally:
+            logger.removeHandler(handler)
+            logger.setLevel(previous)
+
+    return {}, attached()
+
+
+def _key_hash(grow):
+    GrowingKey.grow = grow
+    return {}, contextlib.nullcontext()
+
+
+WHERE_USER_CODE_GROWS = {
+    "alloc_context-exit": _alloc_context_exit,
+    "log-handler": _log_handler,
+    "key-hash": _key_hash,
+}
+
+
+# (call, where the user code runs, at which of its runs it grows the slot): every run that
+# comes once this sequence of calls is under way.
+REENTRY = [
+    (call, where, after)
+    for call in ("get_simultaneous", "get_retained")
+    for where, runs in (("alloc_context-exit", 3), ("log-handler", 3), ("key-hash", 8))
+    if call == "get_retained" or where != "key-hash"
+    for after in range(1, runs + 1)
+]
+
+
+@pytest.mark.parametrize(("call", "where", "after"), REENTRY)
+def test_every_call_returns_views_of_the_slots_current_buffer(call, where, after, monkeypatch):
+    # Deterministic forms of a race: the slot grows in the middle of a call. Every view a
+    # call returns lies in the slot's buffer as it is after the call, and once no view is
+    # held nothing is pinned: no memo entry keeps a view of a retired buffer.
+    monkeypatch.setenv("VLLM_DEBUG_WORKSPACE", "1")  # growths log (the handler's cue)
+    grow = GrowOnce(after)
+    options, attached = WHERE_USER_CODE_GROWS[where](grow)
+    ws = grow.ws = WorkspaceManager("cpu", **options)
+    key = GrowingKey("sampler")
+    with attached:
+        for n in (64, 64, 1024, 1024, 1024, 4096, 4096, 4096):
+            if call == "get_simultaneous":
+                views = ws.get_simultaneous(((n,), U8), ((n // 2,), torch.float32))
+            else:
+                views = [ws.get_retained(key, (n,), U8)[0]]
+            assert _inside_current_buffer(ws, views), n
+            del views
+    GrowingKey.grow = lambda: None
+    gc.collect()
+    assert ws.stats().pinned_bytes == 0
+    assert grow.countdown <= 0  # the user code did grow the slot
+
+
+def test_a_growth_retires_an_empty_memo_too():
+    # A memo with no entry is replaced as well: a call that carved from the old buffer and
+    # inserts afterwards finds it dead, and the live memo never holds its entry.
+    ws = WorkspaceManager("cpu")
+    ws.get_simultaneous(((64,), U8))
+    memo = memo_of(ws)
+    assert not memo and not memo.old
+    ws.get_simultaneous(((1 << 20,), U8))
+    assert memo.dead and memo_of(ws) is not memo
+    memo.remember("late", object())
+    assert "late" not in memo and "late" not in memo_of(ws)
