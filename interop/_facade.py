@@ -623,8 +623,8 @@ class WorkspaceManager:
                     f"slots must be None, 'all' or a list of slots, got {slots!r}."
                 )
             chosen = None
-        else:
-            chosen = slots
+        else:  # read once: a transition may run again (another thread moved the state)
+            chosen = tuple(slots) if isinstance(slots, Iterable) else slots
 
         def transition(state: WorkspaceState) -> tuple[WorkspaceState, Growth, None]:
             new, growth = fws.reserve(state, requests, chosen)

@@ -245,3 +245,29 @@ def test_recording_sees_every_call_from_every_thread():
             t.join(TIMEOUT)
     assert len(history) - 1 == 4 * per_thread  # nothing dropped
     assert sorted({r.slot for r in history[1:]}) == [(u, 0) for u in range(4)]
+
+
+@pytest.mark.parametrize("method", ["reserve", "reserve_many"])
+def test_an_iterable_of_slots_is_read_once_though_the_state_moves(method):
+    # A forced interleaving: reading the slots moves the state (as a second thread would),
+    # so the first attempt's swap fails and the transition runs again. It must still see
+    # every slot, not an exhausted iterator: a slot left short fails after lock().
+    ws = WorkspaceManager("cpu", num_ubatches=2)
+    reads = []
+
+    def chosen():
+        reads.append(len(reads))
+        ws.get_simultaneous(((1 << 10,), torch.uint8))  # the state moves mid-transition
+        yield (0, 0)
+        yield (1, 0)
+
+    request = ((1 << 16,), torch.uint8)
+    if method == "reserve":
+        ws.reserve(request, slots=chosen())
+    else:
+        ws.reserve_many([[request]], slots=chosen())
+    assert reads == [0]
+    assert [s.capacity for s in ws.stats().slots] == [1 << 16, 1 << 16]
+    ws.lock()
+    with use_workspace_ubatch(1):
+        ws.get_simultaneous(request)  # no WorkspaceLockedError: the slot was reserved
