@@ -239,11 +239,33 @@ class FunctionAllocator(SlotAllocator):
             seen = address_alignment(result.data_ptr())
             if self.provider_alignment is None or seen < self.provider_alignment:
                 self.provider_alignment = seen
-            return result
+            return own_storage(result)
 
         return Allocation(
             aligned_block(raw, nbytes, alignment, provider_alignment=self.provider_alignment)
         )
+
+
+def own_storage(block: torch.Tensor) -> torch.Tensor:
+    """``block``'s bytes through a storage of the manager's own, zero-copy (DLPack).
+
+    A user's pool may keep references to the blocks it hands out (a free list) or hand out
+    slices of one arena: counted on the block's own storage, those references would read as
+    views pinning a retired buffer. The new storage holds ``block`` alive, and only the
+    manager and its views hold the new storage. A tensor DLPack cannot export is kept as
+    it is (its pinned count may then include the pool's own references).
+
+    Example:
+        >>> import torch
+        >>> arena = torch.zeros(4096, dtype=torch.uint8)
+        >>> block = own_storage(arena[1024:2048])
+        >>> block.data_ptr() == arena[1024:].data_ptr(), block.untyped_storage().nbytes()
+        (True, 1024)
+    """
+    try:
+        return torch.from_dlpack(block)
+    except (BufferError, RuntimeError, TypeError):  # not exportable: the block itself
+        return block
 
 
 class Adaptor(SlotAllocator):

@@ -255,3 +255,85 @@ def test_a_jax_workspace_on_cuda_leaves_torch_memory_allocated_alone():
     torch.cuda.synchronize()
     assert torch.cuda.memory_allocated() - before < (1 << 20)
     assert interop.to_jax(view).unsafe_buffer_pointer() == view.data_ptr()
+
+
+# ----- pools that keep their own references (issue 20 #4) -----
+
+
+class Arena:
+    """Slices of one arena, handed out in turn (never freed)."""
+
+    def __init__(self, nbytes=4 << 20):
+        self.memory = torch.zeros(nbytes, dtype=torch.uint8, device=DEVICE)
+        self.used = 0
+
+    def __call__(self, nbytes, device):
+        start = self.used
+        self.used += -(-nbytes // 256) * 256 + 256
+        return self.memory[start : start + nbytes]
+
+
+class FreeList:
+    """Every block it hands out stays on its list (whole blocks, no slicing)."""
+
+    def __init__(self):
+        self.blocks = []
+
+    def __call__(self, nbytes, device):
+        self.blocks.append(torch.empty(nbytes, dtype=torch.uint8, device=device))
+        return self.blocks[-1]
+
+
+class SegmentPool:
+    """A MemPool-style pool: a new segment per request, twice the size, kept by the pool;
+    the block is its front."""
+
+    def __init__(self):
+        self.segments = []
+
+    def __call__(self, nbytes, device):
+        self.segments.append(torch.empty(2 * nbytes, dtype=torch.uint8, device=device))
+        return self.segments[-1][:nbytes]
+
+
+POOLS = {"arena": Arena, "free-list": FreeList, "segment-pool": SegmentPool}
+
+
+@pytest.mark.parametrize("pool", sorted(POOLS))
+def test_a_pools_own_references_are_not_views_pinning_the_buffer(pool, caplog):
+    allocator = POOLS[pool]()
+    ws = WorkspaceManager(DEVICE, allocator=allocator)
+    with caplog.at_level(logging.WARNING, logger="interop"):
+        for n in (1000, 100_000, 1_000_000, 1_000_000):
+            (view,) = ws.get_simultaneous(((n,), torch.uint8))
+            view.fill_(7)
+            del view
+    gc.collect()
+    assert "pinned" not in caplog.text
+    assert ws.stats().pinned_bytes == 0
+    # The buffer is the pool's memory, zero-copy.
+    buffer = slot_buffer(ws)
+    (view,) = ws.get_simultaneous(((16,), torch.uint8))
+    view.fill_(3)
+    pool_memory = {
+        "arena": lambda: [allocator.memory],
+        "free-list": lambda: allocator.blocks,
+        "segment-pool": lambda: allocator.segments,
+    }[pool]()
+    (home,) = [m for m in pool_memory if 0 <= buffer.data_ptr() - m.data_ptr() < m.numel()]
+    offset = buffer.data_ptr() - home.data_ptr()
+    assert bool((home[offset : offset + 16] == 3).all())
+
+
+@pytest.mark.parametrize("pool", sorted(POOLS))
+def test_a_view_kept_across_a_growth_of_a_pools_buffer_still_counts_its_bytes(pool, caplog):
+    ws = WorkspaceManager(DEVICE, allocator=POOLS[pool]())
+    (kept,) = ws.get_simultaneous(((4096,), torch.uint8))
+    with caplog.at_level(logging.WARNING, logger="interop"):
+        ws.get_simultaneous(((1 << 16,), torch.uint8))
+    assert "still pinned" in caplog.text
+    # The retired block (what was asked of the pool, aligned), not the pool's memory.
+    assert 4096 <= ws.stats().pinned_bytes <= 4096 + 256
+    del kept
+    gc.collect()
+    assert ws.stats().pinned_bytes == 0
