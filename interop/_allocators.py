@@ -263,7 +263,7 @@ def own_storage(block: torch.Tensor) -> torch.Tensor:
         (True, 1024)
     """
     try:
-        return torch.from_dlpack(block)
+        return torch.utils.dlpack.from_dlpack(block)
     except (BufferError, RuntimeError, TypeError):  # not exportable: the block itself
         return block
 
