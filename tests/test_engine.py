@@ -10,6 +10,7 @@ import contextlib
 import gc
 import json
 import logging
+import threading
 import weakref
 
 import pytest
@@ -300,3 +301,37 @@ def test_a_growth_retires_an_empty_memo_too():
     assert memo.dead and memo_of(ws) is not memo
     memo.remember("late", object())
     assert "late" not in memo and "late" not in memo_of(ws)
+
+
+# ----- user code run when an old buffer goes (issue 20 #5) -----
+
+
+@pytest.mark.parametrize("call", ["unlock", "get_simultaneous", "stats"])
+def test_a_pools_finalizer_may_call_the_manager(call):
+    # The block's memory is a NumPy array the pool watches: when the manager lets the old
+    # buffer go, the pool's finalizer runs, and it calls the manager. Dropping the buffer
+    # under the manager's lock would hang that thread and every other.
+    import numpy as np
+
+    ran = []
+
+    def finalizer():
+        ran.append(call)
+        if call == "get_simultaneous":
+            ws.get_simultaneous(((16,), U8))
+        else:
+            getattr(ws, call)()
+
+    def pool(nbytes, device):
+        memory = np.zeros(nbytes + 256, dtype=np.uint8)
+        weakref.finalize(memory, finalizer)
+        return torch.from_numpy(memory)
+
+    ws = WorkspaceManager("cpu", allocator=pool)
+    ws.get_simultaneous(((1024,), U8))
+    worker = threading.Thread(target=ws.get_simultaneous, args=(((1 << 16,), U8),))
+    worker.start()
+    worker.join(timeout=20)
+    assert not worker.is_alive(), "the finalizer's call to the manager hung"
+    assert ran == [call]
+    assert ws.stats().slots[0].capacity == 1 << 16
