@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import secrets
@@ -20,13 +21,16 @@ def save_plan(state: WorkspaceState, path: str | os.PathLike[str]) -> None:
     previous plan or the new one, never a part. A write that fails (a full disk, an
     interrupt) leaves the previous plan as it was and removes the new file. A new plan
     gets the permissions ``open`` would give it; one that replaces a plan keeps its
-    permissions; a symbolic link is followed (its target is replaced).
+    permissions; a symbolic link is followed (its target is replaced). Only a regular file
+    is replaced: a FIFO, a device node, a socket or a folder at ``path`` is refused.
 
     Args:
         state: the state whose plan to write.
         path: where; its folder must exist and be writable.
 
     Raises:
+        FileExistsError: (``OSError``) ``path`` is something other than a regular file
+            (nothing is written).
         OSError: the plan could not be written (the previous one, if any, is unchanged).
 
     Example:
@@ -38,6 +42,7 @@ def save_plan(state: WorkspaceState, path: str | os.PathLike[str]) -> None:
         (2, ['plan.json'])
     """
     target = os.path.realpath(path)
+    _refuse_special_file(path, target)
     folder, name = os.path.split(target)
     partial = os.path.join(folder, f".{name}.{secrets.token_hex(6)}.partial")
     fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # umask applies
@@ -55,6 +60,52 @@ def save_plan(state: WorkspaceState, path: str | os.PathLike[str]) -> None:
         raise
 
 
+def _refuse_special_file(path: str | os.PathLike[str], target: str) -> None:
+    """Refuse to replace anything at ``target`` (``path`` resolved) but a regular file."""
+    try:
+        mode = os.stat(target).st_mode
+    except FileNotFoundError:
+        return
+    if stat.S_ISREG(mode):
+        return
+    kinds = (
+        (stat.S_ISDIR, "a folder"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    )
+    kind = next((word for test, word in kinds if test(mode)), "not a regular file")
+    where = "it" if os.fspath(path) == target else f"{target!r}, where it leads,"
+    raise FileExistsError(
+        errno.EEXIST,
+        f"save_plan(path={os.fspath(path)!r}): {where} is {kind}; a plan is written only "
+        "where nothing is or over a regular file (nothing was written)",
+        target,
+    )
+
+
+class _HugeInt:
+    """An integer of the plan file too long for Python to read (over its digit limit): kept
+    as its size, so that the plan's check names the field that holds it."""
+
+    __slots__ = ("digits",)
+
+    def __init__(self, digits: int) -> None:
+        self.digits = digits
+
+    def __repr__(self) -> str:
+        return f"<an integer of {self.digits} digits>"
+
+
+def _plan_int(text: str) -> int | _HugeInt:
+    """A JSON integer of a plan file (``json``'s ``parse_int``)."""
+    try:
+        return int(text)
+    except ValueError:  # more digits than sys.get_int_max_str_digits() allows
+        return _HugeInt(len(text.lstrip("-")))
+
+
 def load_plan(path: str | os.PathLike[str]) -> WorkspaceState:
     """The plan saved at ``path`` (:func:`functional_ws.from_dict` of its JSON).
 
@@ -68,7 +119,7 @@ def load_plan(path: str | os.PathLike[str]) -> WorkspaceState:
     with open(path, "rb") as f:
         raw = f.read()
     try:
-        data = json.loads(raw.decode("utf-8"))
+        data = json.loads(raw.decode("utf-8"), parse_int=_plan_int)
     except UnicodeDecodeError as err:
         raise InvalidPlanError(f"plan file {where!r} is not UTF-8 text ({err}).") from None
     except json.JSONDecodeError as err:

@@ -2,6 +2,7 @@
 and value, and a manager that lost nothing (state, retained bytes, persistent contents)."""
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -54,6 +55,20 @@ def _plan(**changes):
         else:
             data[name] = value
     return json.dumps(data)
+
+
+def _huge_int(field, digits=5000, sign=""):
+    """A plan whose ``field`` (of the plan, or ``slots.<name>`` of slot 0) holds an integer of
+    ``digits`` digits: more than Python reads by default (``sys.get_int_max_str_digits``)."""
+    data = json.loads(_plan())
+    where, name = (data["slots"][0], field[6:]) if field.startswith("slots.") else (data, field)
+    where[name] = "HUGE"
+    return json.dumps(data).replace('"HUGE"', sign + "9" * digits)
+
+
+def _save_over_fifo(ws, tmp_path):
+    os.mkfifo(tmp_path / "plan.json")
+    return ws.save_plan(tmp_path / "plan.json")
 
 
 def _slot0(**fields):
@@ -153,6 +168,16 @@ CASES = [
      ValueError, ["plan.json", "['capacity']", str(2**63)]),
     ("plan-capacity-2**200", _load(_plan(x=_slot0(capacity=2**200, growths=1))), False,
      ValueError, ["plan.json", "['capacity']"]),
+    ("plan-5000-digit-alignment", _load(_huge_int("alignment")), False, fws.InvalidPlanError,
+     ["plan.json", "['alignment']", "5000 digits"]),
+    ("plan-5000-digit-capacity", _load(_huge_int("slots.capacity")), False,
+     fws.InvalidPlanError, ["plan.json", "['capacity']", "5000 digits"]),
+    ("plan-negative-5000-digit-growths", _load(_huge_int("slots.growths", sign="-")), False,
+     fws.InvalidPlanError, ["plan.json", "['growths']", "5000 digits"]),
+    ("plan-4301-digit-num-ubatches", _load(_huge_int("num_ubatches", 4301)), False,
+     fws.InvalidPlanError, ["plan.json", "num_ubatches", "4301 digits"]),
+    ("save-plan-over-a-fifo", _save_over_fifo, False, FileExistsError,
+     ["save_plan(path=", "plan.json", "a FIFO", "nothing was written"]),
     ("plan-high-water-above-capacity",
      _load(_plan(x=_slot0(capacity=512, high_water=1024, growths=1))), False, ValueError,
      ["plan.json", "high_water", "above"]),

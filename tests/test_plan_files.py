@@ -158,3 +158,50 @@ def test_a_missing_folder_raises_and_writes_nothing(tmp_path):
     with pytest.raises(FileNotFoundError):
         _warm().save_plan(tmp_path / "absent" / "plan.json")
     assert os.listdir(tmp_path) == []
+
+
+def _fifo(path):
+    os.mkfifo(path)
+
+
+def _socket(path):
+    import socket
+
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(os.fspath(path))
+    return server
+
+
+def _folder(path):
+    path.mkdir()
+
+
+@pytest.mark.parametrize(
+    ("make", "kind", "test"),
+    [(_fifo, "a FIFO", stat.S_ISFIFO), (_socket, "a socket", stat.S_ISSOCK),
+     (_folder, "a folder", stat.S_ISDIR)],
+    ids=["fifo", "socket", "folder"],
+)  # fmt: skip
+@pytest.mark.parametrize("through_link", [False, True], ids=["direct", "through-a-link"])
+def test_only_a_regular_file_is_replaced(tmp_path, make, kind, test, through_link):
+    special = tmp_path / "special"
+    keep = make(special)
+    path = tmp_path / "plan.json"
+    if through_link:
+        path.symlink_to(special)
+    else:
+        path = special
+    before = sorted(os.listdir(tmp_path))
+    with pytest.raises(FileExistsError, match=kind) as info:
+        _warm().save_plan(path)
+    assert repr(os.fspath(path)) in str(info.value) and "nothing was written" in str(info.value)
+    assert test(os.stat(special).st_mode), "the special file is still what it was"
+    assert sorted(os.listdir(tmp_path)) == before  # no partial file left beside it
+    del keep
+
+
+def test_the_null_device_is_never_replaced():
+    # As root, replacing the path would swap the system's null device for a regular file.
+    with pytest.raises(FileExistsError, match="a character device"):
+        _warm().save_plan("/dev/null")
+    assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
