@@ -413,6 +413,8 @@ class WorkspaceManager:
         else:  # the hot path found none: the slot is looked up (or explained)
             memo = self._memos.acquired[self._engine.state.index(slot)]
         views = self._engine.fit_and_carve(memo.index, nbytes, specs)
+        if memo.dead:  # this call grew the slot: its memo was replaced
+            memo = self._memos.acquired[memo.index]
         memo.last = (slot, specs)  # what the pictures draw
         if len(views) == 1:  # fresh(views), unrolled for the usual single view
             (view,) = views
