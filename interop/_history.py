@@ -20,11 +20,12 @@ from functional_ws.display import counted, plot_timeline, timeline_html
 class Record:
     """One call: what was called, in which slot, the state after it, and any error.
 
-    Its ``repr`` leaves the state out (print ``record.state`` for it).
+    ``slot`` is ``None`` where the slot could not be known (the ubatch provider raised). Its
+    ``repr`` leaves the state out (print ``record.state`` for it).
     """
 
     call: str
-    slot: Slot
+    slot: Slot | None
     state: WorkspaceState = dataclasses.field(repr=False)
     error: str | None = None
 
@@ -86,7 +87,7 @@ class History(list[Record]):
         return "\n".join(f"{i:3d}  {r}" for i, r in enumerate(self))
 
     def __repr__(self) -> str:
-        slots = sorted({r.slot for r in self[1:]})
+        slots = sorted({r.slot for r in self[1:] if r.slot is not None})
         refused = sum(r.error is not None for r in self)
         where = f" in {', '.join(map(str, slots))}" if slots else ""
         return (

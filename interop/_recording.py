@@ -84,18 +84,39 @@ class Recorder:
         error = None
         try:
             return method(*args, **kwargs)
-        except Exception as err:
-            error = f"{type(err).__name__}: {err}"
+        except BaseException as err:  # an interrupt too: the call did not succeed
+            error = _outcome(err)
             raise
         finally:
             self._depth.value = depth
             if depth == 0:
-                record = Record(
-                    _describe(name, args, kwargs), self._current_slot(), manager.state, error
-                )
-                with self._lock:
-                    for history in self.active:
-                        history.append(record)
+                self._record(manager, name, args, kwargs, error)
+
+    def _record(self, manager: Any, name: str, args: Any, kwargs: Any, error: str | None) -> None:
+        """Append the call to every active history. The bookkeeping runs the caller's code
+        (an argument's ``repr``, the ubatch provider): whatever it raises is written in the
+        record, never raised, so recording never changes a call's result or error."""
+        try:
+            call = _describe(name, args, kwargs)
+        except Exception as err:
+            call = f"{name}(<arguments whose repr raised {_outcome(err)}>)"
+        try:
+            slot: Slot | None = self._current_slot()
+        except Exception:
+            slot = None
+        record = Record(call, slot, manager.state, error)
+        with self._lock:
+            for history in self.active:
+                history.append(record)
+
+
+def _outcome(err: BaseException) -> str:
+    """How a record names an error (its type, and its message where it has one)."""
+    try:
+        text = str(err)
+    except Exception:
+        text = ""
+    return f"{type(err).__name__}: {text}" if text else type(err).__name__
 
 
 def _shadow(recorder: Recorder, manager: Any) -> None:

@@ -3,6 +3,7 @@
 import gc
 import weakref
 
+import pytest
 import torch
 
 from interop import WorkspaceManager
@@ -35,3 +36,79 @@ def test_a_dropped_manager_is_freed_at_once_before_and_after_a_recording():
 
     assert _freed_on_del(used)  # nothing holds the manager but its caller
     assert _freed_on_del(recorded)  # the recording's wrappers are gone with it
+
+
+# ----- recording never changes what a call does (issue 20 #11, #12) -----
+
+
+class BadRepr(str):
+    """A key whose ``repr`` raises (the recording describes every argument)."""
+
+    def __repr__(self):
+        raise RuntimeError("no repr for you")
+
+    __hash__ = str.__hash__
+    __eq__ = str.__eq__
+
+
+def test_an_argument_whose_repr_raises_changes_no_result():
+    ws = WorkspaceManager("cpu")
+    made = []
+    with ws.recording() as history:
+        resource = ws.get_persistent_resource(BadRepr("w"), lambda: made.append(1) or "made")
+        view, intact = ws.get_retained(BadRepr("kv"), (8,), torch.uint8)
+    assert resource == "made" and made == [1]  # the key was claimed once, the result kept
+    assert view.shape == (8,) and intact is False
+    assert ws.get_persistent_resource(BadRepr("w"), lambda: "again") == "made"
+    calls = [record.call for record in history[1:]]
+    assert calls == [
+        "get_persistent_resource(<arguments whose repr raised RuntimeError: no repr for you>)",
+        "get_retained(<arguments whose repr raised RuntimeError: no repr for you>)",
+    ]
+    assert [record.error for record in history[1:]] == [None, None]
+
+
+def test_a_failed_call_keeps_its_own_error_and_is_recorded():
+    ws = WorkspaceManager("cpu")
+    ws.lock()
+    with ws.recording() as history, pytest.raises(AssertionError, match="Workspace is locked"):
+        ws.get_retained(BadRepr("kv"), (8,), torch.uint8)
+    (record,) = history[1:]
+    assert record.error.startswith("WorkspaceLockedError: ")
+
+
+def test_a_provider_that_raises_during_the_bookkeeping_changes_no_result():
+    import interop
+
+    reads = []
+
+    def provider():
+        reads.append(1)
+        if len(reads) > 2:  # the recording's start and the call itself read it first
+            raise RuntimeError("provider gone")
+        return 0
+
+    ws = WorkspaceManager("cpu")
+    previous = interop.set_ubatch_provider(provider)
+    try:
+        with ws.recording() as history:
+            (view,) = ws.get_simultaneous(((16,), torch.uint8))
+    finally:
+        interop.set_ubatch_provider(previous)
+    assert view.shape == (16,)
+    (record,) = history[1:]
+    assert record.slot is None and record.error is None
+    assert "1 call" in repr(history)
+
+
+@pytest.mark.parametrize("interrupt", [KeyboardInterrupt, SystemExit, GeneratorExit])
+def test_an_interrupted_call_is_recorded_as_an_error(interrupt):
+    ws = WorkspaceManager("cpu")
+
+    def factory():
+        raise interrupt()
+
+    with ws.recording() as history, pytest.raises(interrupt):
+        ws.get_persistent_resource("w", factory)
+    (record,) = history[1:]
+    assert record.error == interrupt.__name__
