@@ -16,6 +16,7 @@ CUDA tensor's value is a device sync, which a scratch request must not hide).
 from __future__ import annotations
 
 import operator
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -192,6 +193,43 @@ def torch_specs(pairs: tuple[Any, ...], argname: str) -> list[ViewSpec]:
         check_torch_dtypes((pair,), f"{argname}[{i}] dtype")
         specs.append(ViewSpec.of(pair[0], pair[1], f"{argname}[{i}]"))
     return specs
+
+
+def reserve_requests(requests: Any) -> list[list[ViewSpec]]:
+    """``reserve_many``'s ``requests`` (lists of ``(shape, dtype)`` pairs), each checked.
+
+    Raises:
+        InvalidSpecError: (``ValueError``) not a list of requests, or a malformed pair
+            (naming ``requests[i]``).
+    """
+    if isinstance(requests, (str, bytes)) or not isinstance(requests, Iterable):
+        raise InvalidSpecError(f"requests must be a list of requests, got {requests!r}.")
+    checked = []
+    for i, request in enumerate(requests):
+        if isinstance(request, (str, bytes)) or not isinstance(request, Iterable):
+            raise InvalidSpecError(
+                f"requests[{i}] must be a list of (shape, dtype) pairs, got {request!r}."
+            )
+        pairs = canonical(tuple(request), f"requests[{i}]")
+        checked.append(torch_specs(pairs, f"requests[{i}]"))
+    return checked
+
+
+def chosen_slots(slots: Any, lane: int, num_ubatches: int) -> Any:
+    """The slots a reservation grows: ``None`` (every ubatch slot of ``lane``), ``"all"``
+    (``None`` for the core: every slot) or an iterable of slots, read once here (a
+    transition may run again when another thread moved the state; the core checks each).
+
+    Raises:
+        InvalidSpecError: (``ValueError``) a string other than ``"all"``.
+    """
+    if slots is None:
+        return tuple((u, lane) for u in range(num_ubatches))
+    if isinstance(slots, str):
+        if slots != "all":
+            raise InvalidSpecError(f"slots must be None, 'all' or a list of slots, got {slots!r}.")
+        return None
+    return tuple(slots) if isinstance(slots, Iterable) else slots
 
 
 #: The largest itemsize of a torch dtype (complex128's): every view starts at a multiple of
