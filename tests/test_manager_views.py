@@ -45,6 +45,10 @@ ALLOCATOR_DIFFERENCES = {
     # refuses resize_ beyond it, where the original reallocated the whole buffer's storage
     # under the manager (a refusal is the safer outcome).
     "jax": {"resize_ larger"},
+    # A callable's block is seen through a storage of the manager's own (DLPack, so that a
+    # pool's own references never read as views pinning it): not resizable either, where
+    # the original would have reallocated the pool's memory under the pool.
+    "callable": {"resize_ larger"},
 }
 
 
