@@ -119,3 +119,57 @@ def test_shell_never_builds_or_edits_core_values():
 def test_cycle_finder_finds_a_cycle():
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert _cycle({"a": {"b"}, "b": set()}) is None
+
+
+# ----- the shell's rooms (interop/README.md) -----
+
+#: The façade's modules and what sits above them (the module API, the command line).
+ABOVE_THE_FACADE = {
+    "interop",
+    "interop.__main__",
+    "interop._cli",
+    "interop._demo",
+    "interop._module_api",
+    "interop._facade",
+    "interop._facade_plans",
+    "interop._facade_persistent",
+    "interop._facade_display",
+}
+
+
+def _shell_graph() -> dict[str, set[str]]:
+    """The shell's imports, without the package itself: the shell's modules name it only in
+    ``from . import _submodule`` (which :func:`_imports` also counts as the package)."""
+    return {m: deps - {"interop"} for m, deps in _graph(SHELL, "interop").items()}
+
+
+def test_shell_has_no_import_cycle():
+    assert _cycle(_shell_graph()) is None
+
+
+def test_nothing_below_the_facade_imports_it():
+    graph = _shell_graph()
+    facade = {m for m in ABOVE_THE_FACADE if m.startswith("interop._facade")}
+    below = {m: deps & facade for m, deps in graph.items() if m not in ABOVE_THE_FACADE}
+    assert not {m: deps for m, deps in below.items() if deps}
+
+
+def _takes_a_lock(path: Path) -> bool:
+    """Whether ``path`` enters a lock held by ``self`` (``with self._mutex:`` and kin)."""
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.With):
+            for item in node.items:
+                expr = item.context_expr
+                if (
+                    isinstance(expr, ast.Attribute)
+                    and isinstance(expr.value, ast.Name)
+                    and expr.value.id == "self"
+                    and "mutex" in expr.attr
+                ):
+                    return True
+    return False
+
+
+def test_only_the_engine_takes_the_managers_mutex():
+    takers = sorted(p.name for p in SHELL.glob("*.py") if _takes_a_lock(p))
+    assert takers == ["_engine.py"]
