@@ -51,6 +51,7 @@ from ._requests import (
     canonical,
     canonical_shape,
     check_alignment,
+    listed_as_tuples,
     plain_nbytes,
 )
 from ._serving import Server
@@ -267,8 +268,13 @@ class WorkspaceManager(Reservations, PersistentResources, Displays):
         try:  # lane and ubatch are non-negative ints: too large raises IndexError
             memo = self._acquired_at[ubatch][lane]
             entry = memo.get(shapes_and_dtypes)  # None when absent (then the old generation)
-        except (IndexError, TypeError):  # a slot not configured, an unhashable request
+        except IndexError:  # a slot not configured
             entry = memo = None
+        except TypeError:  # unhashable: a shape spelled as a list of ints, or a bad request
+            entry = memo = None
+            tupled = listed_as_tuples(shapes_and_dtypes)
+            if tupled is not None:  # served as the tuples it lists, at their cost
+                return self.get_simultaneous(*tupled)
         if entry is not None:
             for shape, _ in shapes_and_dtypes:
                 for dim in shape:  # a NumPy int is served as the int it equals

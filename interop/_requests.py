@@ -65,6 +65,25 @@ def plain_nbytes(specs: tuple[Any, ...]) -> list[int] | None:
     return sizes
 
 
+def listed_as_tuples(specs: tuple[Any, ...]) -> tuple[Any, ...] | None:
+    """``specs`` with each shape spelled as a list of plain ints made a tuple (the hot
+    path's conversion: upstream accepts lists); ``None`` for anything else (the slow path
+    makes it canonical, or explains it in the caller's spelling)."""
+    tupled = []
+    listed = False
+    try:
+        for shape, dtype in specs:
+            if type(shape) is list:
+                for dim in shape:
+                    if type(dim) is not int:
+                        return None
+                shape, listed = tuple(shape), True
+            tupled.append((shape, dtype))
+    except (TypeError, ValueError):  # not pairs
+        return None
+    return tuple(tupled) if listed else None
+
+
 def canonical(specs: tuple[Any, ...], argname: str = "specs") -> tuple[Any, ...]:
     """``specs`` with every accepted spelling made canonical (``specs`` itself when it
     already is); what is not a request is left as it is, for the core to explain.
