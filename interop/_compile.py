@@ -15,7 +15,8 @@ So every function of the manager's classes is marked the way ``torch.compiler.di
 marks one, without its wrapper: Dynamo graph-breaks at the call, with :data:`ADVICE` as the
 reason, and runs the method and everything it calls eagerly (the code object's frame
 strategy: skip, recursively). Eager calls cost nothing more; ``torch.compiler.disable``'s
-wrapper would add about 0.45 µs per call and import ``torch._dynamo`` (1.4 s) at import.
+wrapper would add a call to every method call, and import ``torch._dynamo`` (over a second)
+when this package is imported.
 
 With ``fullgraph=True`` the call is an error, as it is for the original: Dynamo raises
 ``torch._dynamo.exc.Unsupported`` (a ``RuntimeError``) whose message carries

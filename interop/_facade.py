@@ -11,8 +11,8 @@ façade modules: reservations and plans (``_facade_plans.py``), persistent resou
 (``_facade_persistent.py``), and what a manager shows (``_facade_display.py``).
 
 The hot path of :meth:`WorkspaceManager.get_simultaneous` and
-:meth:`WorkspaceManager.get_retained` is written out inline (each function call costs a
-tenth of a microsecond there): find the slot's memo, look the request up, check that its
+:meth:`WorkspaceManager.get_retained` is written out inline (a function call is a
+measurable share of a repeated request: ``benchmarks/bench_hot_path.py``): find the slot's memo, look the request up, check that its
 dims are plain ints (a memoised ``((1,), dtype)`` equals ``((True,), dtype)`` and
 ``((1.0,), dtype)``, which must still be refused), and serve the memoised views if the
 state is the one their plan left; a state that moved goes to
