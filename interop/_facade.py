@@ -12,10 +12,11 @@ façade modules: reservations and plans (``_facade_plans.py``), persistent resou
 
 The hot path of :meth:`WorkspaceManager.get_simultaneous` and
 :meth:`WorkspaceManager.get_retained` is written out inline (a function call is a
-measurable share of a repeated request: ``benchmarks/bench_hot_path.py``): find the slot's memo, look the request up, check that its
-dims are plain ints (a memoised ``((1,), dtype)`` equals ``((True,), dtype)`` and
-``((1.0,), dtype)``, which must still be refused), and serve the memoised views if the
-state is the one their plan left; a state that moved goes to
+measurable share of a repeated request: ``benchmarks/bench_hot_path.py``): find the slot's
+memo, look the request up, check that its dims are plain ints (a memoised
+``((1,), dtype)`` equals ``((True,), dtype)`` and ``((1.0,), dtype)``, which must still be
+refused), and serve the memoised views if the state is the one their plan left; a state
+that moved goes to
 :func:`interop._memo.replay_and_swap`.
 """
 
@@ -285,6 +286,9 @@ class WorkspaceManager(Reservations, PersistentResources, Displays):
             state = engine.state
             if entry.state is state:
                 memo.last = entry.plan  # what the pictures draw
+                one = entry.one
+                if one is not None:  # one tensor: its fresh view, made here (a call saved)
+                    return [one.view(entry.dtype)]
                 return entry.fresh()  # type: ignore[no-any-return]
             if replay_and_swap(engine, memo, entry, state) is not None:
                 return entry.fresh()  # type: ignore[no-any-return]

@@ -60,15 +60,24 @@ class AcquiredEntry:
             threads read it whole.
         plan: the core's :class:`functional_ws.Layout`, without growth.
         fresh: returns fresh views of the carved ones, one per requested tensor.
+        one: the carved view of a one-tensor request (the hot path views it itself: a
+            call saved), else ``None``; ``dtype`` its dtype.
     """
 
-    __slots__ = ("fresh", "moved", "plan", "state")
+    __slots__ = ("dtype", "fresh", "moved", "one", "plan", "state")
 
-    def __init__(self, plan: Layout, fresh: Callable[[], list[torch.Tensor]]) -> None:
+    def __init__(
+        self,
+        plan: Layout,
+        fresh: Callable[[], list[torch.Tensor]],
+        one: torch.Tensor | None = None,
+    ) -> None:
         self.state: WorkspaceState | None = None
         self.moved: tuple[WorkspaceState, WorkspaceState, bool] | None = None
         self.plan = plan
         self.fresh = fresh
+        self.one = one
+        self.dtype = None if one is None else one.dtype
 
     @staticmethod
     def replay(
@@ -160,7 +169,7 @@ def memoise(
     layout = layout.without_growth()  # as a replay will see it (the identity protocol)
     memo.last = layout
     make = view_maker(carved)
-    entry = AcquiredEntry(layout, make)
+    entry = AcquiredEntry(layout, make, carved[0] if len(carved) == 1 else None)
     entry.state = state  # a replay would leave this state unchanged
     memo.remember(specs, entry)  # if a growth killed this memo meanwhile: unused
     return make()
