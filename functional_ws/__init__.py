@@ -5,7 +5,8 @@ pure functions take a state and return a new state plus a plan (byte offsets and
 growth a shell must carry out). Nothing here imports torch, touches device memory or
 keeps globals. The torch shell lives in the ``interop`` package.
 
-Submodules: :mod:`functional_ws.display` (text, HTML, pictures), :mod:`functional_ws.replay`
+Submodules: :mod:`functional_ws.display` (text, HTML, pictures),
+:mod:`functional_ws.fast_paths`
 (the memoised hot path for shells) and :mod:`functional_ws.testing` (Hypothesis strategies
 and a state machine; needs the ``testing`` extra).
 
@@ -19,7 +20,7 @@ Example:
 """
 
 from . import display as display
-from . import replay as replay
+from . import fast_paths as fast_paths
 from ._diff import Change as Change
 from ._diff import Diff as Diff
 from ._diff import diff as diff
@@ -83,13 +84,13 @@ __all__ = [
     "claim",
     "diff",
     "display",
+    "fast_paths",
     "from_dict",
     "initial_state",
     "lock",
     "plot",
     "render",
     "render_html",
-    "replay",
     "reserve",
     "retain",
     "to_dict",

@@ -44,7 +44,7 @@ import torch
 
 import functional_ws as fws
 from functional_ws import Growth, Slot, WorkspaceLockedError, WorkspaceState
-from functional_ws.replay import fit
+from functional_ws.fast_paths import fit
 
 from ._allocators import Allocation
 from ._buffers import SlotBuffers
@@ -115,7 +115,7 @@ class Engine:
         self, index: int, nbytes: Sequence[int], requests: Sequence[tuple[Any, Any]]
     ) -> list[torch.Tensor]:
         """A request seen for the first time in the slot at ``index`` (the miss path):
-        :func:`functional_ws.replay.fit` of its byte counts, installed (grown first where it
+        :func:`functional_ws.fast_paths.fit` of its byte counts, installed (grown first where it
         must), and its views carved from the buffer the new state describes.
 
         Returns:

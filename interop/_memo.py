@@ -38,7 +38,7 @@ from typing import Any, Protocol
 import torch
 
 from functional_ws import Layout, Span, WorkspaceState
-from functional_ws.replay import layout_of, replay_acquire, replay_retain
+from functional_ws.fast_paths import layout_of, replay_acquire, replay_retain
 
 from ._carving import fresh, view_maker
 from ._requests import is_plain, plain_shape
@@ -196,7 +196,7 @@ def last_plans(state: WorkspaceState, memos: list[Memo]) -> dict[tuple[int, int]
     """Per slot that served a request, the plan of its last one (what pictures draw).
 
     A request served the short way left ``(slot, specs)``: the core plans its layout
-    (:func:`functional_ws.replay.layout_of`)."""
+    (:func:`functional_ws.fast_paths.layout_of`)."""
     plans = {}
     for i, memo in enumerate(memos):
         last = memo.last

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import functional_ws as fws
-from functional_ws.replay import fit, replay_acquire, replay_retain
+from functional_ws.fast_paths import fit, replay_acquire, replay_retain
 from functional_ws.testing import spec_lists
 
 U8, I8, F16, F32 = (np.dtype(n) for n in ("uint8", "int8", "float16", "float32"))

@@ -14,14 +14,14 @@ CORE_NAMES = {
     "UbatchNotConfiguredError", "ViewSpec", "WorkspaceError", "WorkspaceLockedError",
     "WorkspaceState", "acquire", "after_failed_growth", "apply_plan", "claim", "diff",
     "display", "from_dict", "initial_state", "lock", "plot", "render", "render_html",
-    "replay", "reserve", "retain", "to_dict", "unlock",
+    "fast_paths", "reserve", "retain", "to_dict", "unlock",
 }  # fmt: skip
 DISPLAY_NAMES = {
     "COLOURS", "Segment", "SlotPicture", "counted", "dtype_colour", "exact_bytes",
     "format_bytes", "plot", "plot_timeline", "render", "render_html", "slot_pictures",
     "timeline_html",
 }  # fmt: skip
-REPLAY_NAMES = {"fit", "layout_of", "replay_acquire", "replay_retain"}
+FAST_PATH_NAMES = {"fit", "layout_of", "replay_acquire", "replay_retain"}
 TESTING_NAMES = {
     "DEFAULT_DTYPES", "Transitions", "WorkspaceMachine", "WorkspaceModel", "dtypes", "keys",
     "register_profiles", "shapes", "slots", "spec_lists", "specs",
@@ -63,7 +63,7 @@ def test_interop_public_names_are_pinned():
 def test_public_names_are_pinned():
     assert set(functional_ws.__all__) == CORE_NAMES
     assert set(functional_ws.display.__all__) == DISPLAY_NAMES
-    assert set(functional_ws.replay.__all__) == REPLAY_NAMES
+    assert set(functional_ws.fast_paths.__all__) == FAST_PATH_NAMES
     assert set(functional_ws.testing.__all__) == TESTING_NAMES
     for name in functional_ws.__all__:
         assert hasattr(functional_ws, name), name

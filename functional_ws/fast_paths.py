@@ -1,4 +1,4 @@
-"""Replaying a plan: the memoised hot path for shells (a façade, a framework adapter).
+"""The shell's fast paths: a plan replayed, a new request planned in plain values.
 
 A plan is a pure function of (state, slot, request), so a shell can keep the
 :class:`~functional_ws.Layout` (or :class:`~functional_ws.Span`) of a request and, on the
@@ -22,7 +22,7 @@ will not keep.
 Example:
     >>> import numpy as np
     >>> import functional_ws as fws
-    >>> from functional_ws.replay import replay_acquire
+    >>> from functional_ws.fast_paths import replay_acquire
     >>> s, layout = fws.acquire(fws.initial_state(), (0, 0), ((16,), np.dtype("int8")))
     >>> layout = layout.without_growth()
     >>> again, same = replay_acquire(s, layout)
