@@ -34,7 +34,7 @@ from hypothesis import note
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from .. import _ops
+from .. import _growth, _ops
 from .._errors import (
     InvalidSlotError,
     InvalidSpecError,
@@ -70,7 +70,7 @@ class Transitions:
     acquire: Callable[..., Any] = _ops.acquire
     retain: Callable[..., Any] = _ops.retain
     claim: Callable[..., Any] = _ops.claim
-    reserve: Callable[..., Any] = _ops.reserve
+    reserve: Callable[..., Any] = _growth.reserve
     lock: Callable[..., Any] = _ops.lock
     unlock: Callable[..., Any] = _ops.unlock
 
