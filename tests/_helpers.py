@@ -1,4 +1,5 @@
-"""Test helpers written once: managers prepared for a test, one builder per meaning.
+"""Test helpers written once: managers prepared for a test (one builder per meaning), the
+benchmark scripts as modules, and the kit imported without Hypothesis.
 
 Each builder's name says what the manager is ready for; the many ``_warm`` helpers they
 replace meant four different things.
@@ -6,6 +7,11 @@ replace meant four different things.
 
 from __future__ import annotations
 
+import importlib
+import subprocess
+import sys
+import types
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -13,6 +19,7 @@ from _allocators import workspace
 
 from interop import WorkspaceManager
 
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 U8, F32 = torch.uint8, torch.float32
 
 
@@ -48,3 +55,28 @@ def reserved_manager(num_ubatches: int = 1, nbytes: int = 4096) -> WorkspaceMana
     ws = WorkspaceManager("cpu", num_ubatches=num_ubatches)
     ws.reserve(((nbytes,), torch.uint8))
     return ws
+
+
+def load_benchmark(name: str) -> types.ModuleType:
+    """``benchmarks/<name>.py`` imported as a module (its sibling imports resolved)."""
+    if str(BENCHMARKS) not in sys.path:
+        sys.path.insert(0, str(BENCHMARKS))
+    return importlib.import_module(name)
+
+
+IMPORT_WITHOUT_HYPOTHESIS = """
+import sys
+sys.modules["hypothesis"] = None  # as if it were not installed
+try:
+    import {package}
+except ImportError as err:
+    print(err)
+    print(type(err.__cause__).__name__, err.__cause__.name)
+"""
+
+
+def import_without_hypothesis(package: str) -> subprocess.CompletedProcess[str]:
+    """Import ``package`` in a fresh interpreter where Hypothesis is missing; it prints the
+    ImportError and its cause."""
+    code = IMPORT_WITHOUT_HYPOTHESIS.format(package=package)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
