@@ -27,18 +27,9 @@ break and its reason, but Dynamo may then compile the method's inner frames.
 from __future__ import annotations
 
 import types
-from typing import Any, TypeVar
+from typing import TypeVar
 
-try:
-    from torch._C._dynamo.eval_frame import (
-        _FrameAction,
-        _FrameExecStrategy,
-        set_code_exec_strategy,
-    )
-except ImportError:  # pragma: no cover - torch < 2.6
-    _SKIP_RECURSIVELY: Any = None
-else:
-    _SKIP_RECURSIVELY = _FrameExecStrategy(_FrameAction.SKIP, _FrameAction.SKIP)
+from ._private import dynamo_runs_eagerly
 
 #: Why a compiled function cannot trace the manager, and what to do instead.
 ADVICE = (
@@ -94,6 +85,4 @@ def run_eagerly(function: types.FunctionType, advice: str = ADVICE) -> None:
         >>> scratch._torchdynamo_disable_msg
         'why, and what to do'
     """
-    vars(function).update(_torchdynamo_disable=True, _torchdynamo_disable_msg=advice)
-    if _SKIP_RECURSIVELY is not None:
-        set_code_exec_strategy(function.__code__, _SKIP_RECURSIVELY)
+    dynamo_runs_eagerly(function, advice)  # the marks and frame strategy: _private.py

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import importlib._bootstrap
-import importlib._bootstrap_external
 import logging
 import os
 import runpy
 import sys
 
 import functional_ws
+
+from ._private import interpreter_files, raw_environ
 
 logger = logging.getLogger("interop")
 
@@ -28,20 +28,15 @@ _USER_FILES = frozenset({os.path.join(os.path.dirname(os.path.abspath(__file__))
 #: The interpreter's own frames between ``python -m``/``runpy`` and the user's code, for
 #: interpreters that do not freeze these modules (frozen ones are named ``<frozen ...>``).
 _INTERPRETER_FILES = frozenset(
-    os.path.abspath(path)
-    for path in (
-        runpy.__file__,
-        importlib._bootstrap.__file__,
-        importlib._bootstrap_external.__file__,
-    )
-    if path is not None
+    (*(os.path.abspath(p) for p in (runpy.__file__,) if p is not None), *interpreter_files())
 )
 
 
 # CPython keeps the environment as a dict of encoded keys behind ``os.environ``; reading it
 # directly skips ``Mapping.get`` and the key's encoding (1 µs a lookup, twice per growth).
-_ENVIRON: dict[object, object] | None = getattr(os.environ, "_data", None)
-_ENCODED = tuple(getattr(os.environ, "encodekey", lambda k: k)(name) for name in DEBUG_VARIABLES)
+_RAW = raw_environ()
+_ENVIRON: dict[object, object] | None = None if _RAW is None else _RAW[0]
+_ENCODED = tuple(name if _RAW is None else _RAW[1](name) for name in DEBUG_VARIABLES)
 
 
 def debug_enabled() -> bool:

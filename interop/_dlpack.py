@@ -54,6 +54,7 @@ import torch
 from jax.extend import backend as jax_backend
 from jax.sharding import SingleDeviceSharding
 
+from . import _private
 from ._errors import (
     DeletedArrayError,
     DeviceNotVisibleError,
@@ -64,20 +65,14 @@ from ._errors import (
     ZeroCopyError,
 )
 
-try:  # private, version-gated: the signature below is the one of jaxlib extension >= 467
-    from jax._src.lib import _jax as _jaxlib  # type: ignore[attr-defined]
-    from jax._src.lib import jaxlib_extension_version as _EXTENSION_VERSION
+# The private entry points, version-gated, looked up once (``_private.py``).
+_JAXLIB = _private.jaxlib_dlpack()
+PRIVATE_PATH_AVAILABLE = _JAXLIB is not None
+_tensor_to_buffer: Any = None if _JAXLIB is None else _JAXLIB.tensor_to_buffer
+_buffer_to_tensor: Any = None if _JAXLIB is None else _JAXLIB.buffer_to_tensor
+_ArrayImpl: Any = None if _JAXLIB is None else _JAXLIB.array_impl
 
-    _tensor_to_buffer: Any = _jaxlib.dlpack_managed_tensor_to_buffer
-    _buffer_to_tensor: Any = _jaxlib.buffer_to_dlpack_managed_tensor
-    _ArrayImpl: Any = _jaxlib.ArrayImpl
-    PRIVATE_PATH_AVAILABLE = _EXTENSION_VERSION >= 467
-except (ImportError, AttributeError):  # pragma: no cover - depends on the installed jax
-    PRIVATE_PATH_AVAILABLE = False
-    _ArrayImpl = None
-
-_to_capsule = torch._C._to_dlpack
-_from_capsule = torch._C._from_dlpack
+_to_capsule, _from_capsule = _private.torch_capsules()
 
 #: DLPack device type codes (dlpack.h).
 DL_CPU, DL_CUDA, DL_ROCM = 1, 2, 10
@@ -406,7 +401,7 @@ def _export_host(array: jax.Array, carrier: Carrier | None) -> torch.Tensor | No
         except BufferError:  # a layout the buffer protocol cannot describe
             return None
     else:  # bfloat16, float8: the host view np.asarray is made of
-        host, copied = array._single_device_array_to_np_array_did_copy()  # type: ignore[attr-defined]
+        host, copied = _private.host_view(array)
     if carrier is not None:
         host = host.view(carrier.host)
     if use_private_path:
@@ -441,7 +436,8 @@ def _export_shard(array: jax.Array, stream: Any, *, on_gpu: bool) -> torch.Tenso
 
 def _consumer_stream(array: jax.Array, stream: Any) -> int:
     if stream is None:
-        stream = torch.cuda.current_stream(array.sharding._device.local_hardware_id)  # type: ignore[attr-defined]
+        device = _private.sharding_device(array.sharding)
+        stream = torch.cuda.current_stream(device.local_hardware_id)
     # DLPack's convention: 1 names CUDA's legacy default stream (torch's stream 0).
     return int(stream.cuda_stream) or 1
 

@@ -30,15 +30,7 @@ from ._errors import (
     X64DisabledError,
 )
 
-try:
-    from jax._src.config import enable_x64 as _x64_state
-
-    def _x64_enabled() -> bool:
-        return bool(_x64_state.value)  # honours `with jax.enable_x64(True):` too
-except ImportError:  # pragma: no cover - depends on the installed jax
-
-    def _x64_enabled() -> bool:
-        return bool(jax.config.read("jax_enable_x64"))  # type: ignore[no-untyped-call]
+_x64_enabled = _private.x64_enabled  # honours `with jax.enable_x64(True):` too
 
 
 def _torch_dtypes(*names: str) -> frozenset[torch.dtype]:

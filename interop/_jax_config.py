@@ -19,6 +19,7 @@ from collections.abc import Mapping
 
 import torch
 
+from . import _private
 from ._errors import JaxAlreadyStartedError, JaxPreallocationWarning, JaxSettingError
 
 PREALLOCATE = "XLA_PYTHON_CLIENT_PREALLOCATE"
@@ -103,16 +104,11 @@ def jax_backend_started() -> bool:
     """Whether JAX's backend has started in this process (never starts it)."""
     if "jax" not in sys.modules:
         return False
-    from jax._src import xla_bridge
-
-    return bool(xla_bridge.backends_are_initialized())
+    return _private.jax_backends_started()
 
 
 def _jax_gpu_backend_started() -> bool:
-    from jax._src import xla_bridge
-
-    started = getattr(xla_bridge, "_backends", {})
-    return any(name in _GPU_PLATFORMS for name in started)
+    return any(name in _GPU_PLATFORMS for name in _private.jax_started_platforms())
 
 
 def _gpu_plugin_installed() -> bool:

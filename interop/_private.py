@@ -15,18 +15,77 @@ which releases it was checked against, what gates it, and what happens without i
   attribute, ``_dynamo_marked_constant`` (torch 2.1 to 2.13, checked on 2.13), that Dynamo
   reads when it traces a call. Gate: torch older than 2.14, the releases checked. Fallback:
   the public function itself.
+- :func:`dynamo_runs_eagerly`: what ``torch.compiler.disable`` does to a function, in place,
+  without its wrapper. Private: the function attributes ``_torchdynamo_disable`` and
+  ``_torchdynamo_disable_msg`` that Dynamo reads (checked on torch 2.13), and
+  ``torch._C._dynamo.eval_frame.set_code_exec_strategy`` (torch 2.6 and later, checked on
+  2.13), which skips the function's frames and all they call. Gate: the strategy function
+  imports. Fallback: the attributes alone (a graph break with its reason; Dynamo may then
+  compile the inner frames). Public equivalent: ``torch.compiler.disable(fn)``, a wrapper.
+- :func:`raw_environ`: the dict of encoded keys behind ``os.environ`` (``os.environ._data``
+  and ``os.environ.encodekey``; checked on CPython 3.11): one dict lookup instead of
+  ``Mapping.get`` and an encoding (1 µs a lookup). Gate: both exist, the first a dict.
+  Fallback: ``None``, and the caller reads ``os.environ`` (public).
+- :func:`interpreter_files`: the files of ``importlib._bootstrap`` and
+  ``importlib._bootstrap_external`` (checked on CPython 3.11), the interpreter's frames
+  between ``runpy`` and the user's code where they are not frozen. Gate: the modules import
+  and have a file. Fallback: none of them (frozen frames, ``<frozen ...>``, are still known).
+- :func:`jaxlib_dlpack`: jaxlib's C++ DLPack entry points behind ``jax.dlpack``, and the
+  concrete array class: ``jax._src.lib._jax``'s ``dlpack_managed_tensor_to_buffer``,
+  ``buffer_to_dlpack_managed_tensor`` and ``ArrayImpl`` (signatures of jaxlib extension
+  467, checked on jax 0.10.2). Gate: ``jaxlib_extension_version >= 467``. Fallback:
+  ``None``, and the handoff uses ``jax.dlpack.from_dlpack(copy=False)`` and
+  ``torch.from_dlpack`` (public; slower, never different).
+- :func:`torch_capsules`: torch's DLPack capsule functions without the Python wrappers:
+  ``torch._C._to_dlpack`` and ``torch._C._from_dlpack`` (checked on torch 2.13). Gate: both
+  exist. Fallback: ``torch.utils.dlpack.to_dlpack`` and ``torch.utils.dlpack.from_dlpack``
+  (public; the latter takes a capsule too).
+- :func:`host_view`: the NumPy host view of a CPU ``jax.Array`` and whether it is a copy:
+  ``_single_device_array_to_np_array_did_copy()`` (checked on jax 0.10.2). Gate: the method
+  exists. Fallback: ``np.asarray(array)``, "copied" unknown (``None``: the caller compares
+  addresses).
+- :func:`sharding_device`: the one device of a single-device sharding: its ``_device``
+  (checked on jax 0.10.2). Gate: the attribute exists. Fallback: the one element of
+  ``sharding.device_set`` (public; builds a set).
+- :func:`x64_enabled`: JAX's 64-bit mode as in force now, ``with jax.enable_x64(True):``
+  included: ``jax._src.config.enable_x64.value`` (checked on jax 0.10.2). Gate: it imports.
+  Fallback: ``jax.config.read("jax_enable_x64")`` (public; the global setting only).
+- :func:`jax_backends_started` and :func:`jax_started_platforms`: whether JAX's backends
+  have started, and which, without starting them: ``jax._src.xla_bridge``'s
+  ``backends_are_initialized()`` and ``_backends`` (checked on jax 0.10.2). Gate: each
+  exists. Fallback: "not started" and "none" (every public function that lists backends
+  starts them): settings are then applied where they may come too late, and no
+  preallocation is reported as done.
+- :func:`storage_use_count` and :func:`is_view_of_block`: how many owners a tensor's
+  storage has (``torch._C._storage_Use_Count`` of ``untyped_storage()._cdata``), and whether
+  a tensor is a view of another (``_base``); checked on torch 2.13. Gate: each exists.
+  Fallback: ``None`` ("unknown"); the caller then assumes the worst (it watches a retired
+  buffer).
+- :func:`release_weak_storage`: what ``StorageWeakRef.__del__`` does, for an instance whose
+  ``__init__`` may never have run: it reads the private ``_free_weak_ref`` that ``__init__``
+  sets last (checked on torch 2.13). Gate: the attribute is set. Fallback: torch's own
+  finaliser where ``cdata`` was set (the attribute renamed), else nothing (nothing is held).
+- :func:`storage_from_weak`: the storage a ``StorageWeakRef`` refers to, while it lives:
+  ``torch.UntypedStorage._new_with_weak_ptr(ref.cdata)`` (checked on torch 2.13). Gate: it
+  exists. Fallback: ``None``, as for a freed storage (no public function turns a weak
+  reference back into a storage).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
 import importlib.abc
 import importlib.machinery
+import os
 import sys
 import types
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
+import numpy as np
 import torch
+from torch.multiprocessing.reductions import StorageWeakRef
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 #: The torch releases whose Dynamo reads ``_dynamo_marked_constant`` (checked: 2.13).
@@ -150,3 +209,310 @@ class _ThenLoader(importlib.abc.Loader):
 
     def __getattr__(self, name: str) -> Any:  # get_source, get_filename...: for tracebacks
         return getattr(self.loader, name)
+
+
+_SKIP_RECURSIVELY: Any = None
+_set_strategy: Any = None
+try:
+    from torch._C._dynamo.eval_frame import (  # torch >= 2.6
+        _FrameAction,
+        _FrameExecStrategy,
+        set_code_exec_strategy,
+    )
+except ImportError:  # pragma: no cover - torch < 2.6
+    pass
+else:
+    _SKIP_RECURSIVELY = _FrameExecStrategy(_FrameAction.SKIP, _FrameAction.SKIP)
+    _set_strategy = set_code_exec_strategy
+
+
+def dynamo_runs_eagerly(function: types.FunctionType, reason: str) -> bool:
+    """Mark ``function`` as ``torch.compiler.disable`` marks one, in place: Dynamo
+    graph-breaks at its calls (``reason`` is the break's reason) and runs it eagerly.
+
+    Args:
+        function: a plain Python function.
+        reason: why the call cannot be traced (``fullgraph=True``'s error carries it).
+
+    Returns:
+        Whether its frames, and all they call, are skipped too (torch 2.6 and later).
+
+    Example:
+        >>> def scratch() -> int:
+        ...     return 1
+        >>> dynamo_runs_eagerly(scratch, "why") in (True, False), scratch()
+        (True, 1)
+    """
+    vars(function).update(_torchdynamo_disable=True, _torchdynamo_disable_msg=reason)
+    if _SKIP_RECURSIVELY is None:
+        return False  # pragma: no cover - torch < 2.6
+    _set_strategy(function.__code__, _SKIP_RECURSIVELY)
+    return True
+
+
+def raw_environ() -> tuple[dict[object, object], Callable[[str], object]] | None:
+    """The dict behind ``os.environ`` and the function that encodes its keys, or ``None``.
+
+    Returns:
+        ``(data, encode)``: ``encode(name) in data`` is ``name in os.environ``, kept in step
+        with it; ``None`` where the interpreter keeps the environment otherwise.
+
+    Example:
+        >>> found = raw_environ()
+        >>> found is None or (found[1]("PATH") in found[0]) == ("PATH" in os.environ)
+        True
+    """
+    data = getattr(os.environ, "_data", None)
+    encode = getattr(os.environ, "encodekey", None)
+    if type(data) is not dict or not callable(encode):
+        return None
+    return data, encode
+
+
+_BOOTSTRAP_MODULES = ("importlib._bootstrap", "importlib._bootstrap_external")
+
+
+def interpreter_files() -> tuple[str, ...]:
+    """The absolute paths of importlib's bootstrap modules, where they are files.
+
+    Returns:
+        The paths (none where the modules are frozen or absent).
+
+    Example:
+        >>> all(path.endswith(".py") for path in interpreter_files())
+        True
+    """
+    paths = []
+    for name in _BOOTSTRAP_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ImportError:  # pragma: no cover - another interpreter
+            continue
+        path = getattr(module, "__file__", None)
+        if path is not None:
+            paths.append(os.path.abspath(path))
+    return tuple(paths)
+
+
+@dataclasses.dataclass(frozen=True)
+class JaxlibDlpack:
+    """jaxlib's DLPack entry points (see :func:`jaxlib_dlpack`)."""
+
+    #: ``(capsule, device, stream, copy, dl_device_type) -> jax.Array``.
+    tensor_to_buffer: Any
+    #: ``(array, stream=...) -> capsule``.
+    buffer_to_tensor: Any
+    #: The concrete ``jax.Array`` class.
+    array_impl: Any
+
+
+#: The jaxlib extension whose DLPack signatures :class:`JaxlibDlpack` calls (checked: 467).
+JAXLIB_EXTENSION_AT_LEAST = 467
+
+
+def jaxlib_dlpack() -> JaxlibDlpack | None:
+    """jaxlib's DLPack entry points, or ``None`` where this jax has other ones.
+
+    Returns:
+        The entry points, looked up once by the caller (imports jax).
+
+    Example:
+        >>> found = jaxlib_dlpack()
+        >>> found is None or callable(found.tensor_to_buffer)
+        True
+    """
+    try:
+        from jax._src.lib import _jax as extension  # type: ignore[attr-defined]
+        from jax._src.lib import jaxlib_extension_version
+
+        if jaxlib_extension_version < JAXLIB_EXTENSION_AT_LEAST:
+            return None  # pragma: no cover - an older jaxlib
+        return JaxlibDlpack(
+            extension.dlpack_managed_tensor_to_buffer,
+            extension.buffer_to_dlpack_managed_tensor,
+            extension.ArrayImpl,
+        )
+    except (ImportError, AttributeError):  # pragma: no cover - depends on the installed jax
+        return None
+
+
+def torch_capsules() -> tuple[Callable[[torch.Tensor], Any], Callable[[Any], torch.Tensor]]:
+    """torch's DLPack export and import of capsules: the C functions where torch has them.
+
+    Returns:
+        ``(to_capsule, from_capsule)``.
+
+    Example:
+        >>> import torch
+        >>> to_capsule, from_capsule = torch_capsules()
+        >>> from_capsule(to_capsule(torch.arange(3))).tolist()
+        [0, 1, 2]
+    """
+    to_capsule = getattr(torch._C, "_to_dlpack", None)
+    from_capsule = getattr(torch._C, "_from_dlpack", None)
+    if callable(to_capsule) and callable(from_capsule):
+        return to_capsule, from_capsule
+    public = torch.utils.dlpack  # pragma: no cover - torch without the C functions
+    return public.to_dlpack, public.from_dlpack  # type: ignore[attr-defined]  # pragma: no cover
+
+
+def host_view(array: Any) -> tuple[np.ndarray[Any, Any], bool | None]:
+    """The NumPy view of a CPU ``jax.Array`` that ``np.asarray`` is made of, and whether
+    jaxlib had to copy to make it.
+
+    Args:
+        array: a single-device CPU ``jax.Array``.
+
+    Returns:
+        ``(host, copied)``; ``copied`` is ``None`` where jaxlib does not say.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> host, copied = host_view(jnp.arange(3))
+        >>> host.tolist(), copied in (False, None)
+        ([0, 1, 2], True)
+    """
+    did_copy = getattr(array, "_single_device_array_to_np_array_did_copy", None)
+    if did_copy is None:
+        return np.asarray(array), None
+    host, copied = did_copy()
+    return host, bool(copied)
+
+
+def sharding_device(sharding: Any) -> Any:
+    """The one device of a single-device ``sharding``.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> array = jnp.zeros(2)
+        >>> sharding_device(array.sharding) == next(iter(array.devices()))
+        True
+    """
+    device = getattr(sharding, "_device", None)
+    if device is None:
+        (device,) = sharding.device_set
+    return device
+
+
+_x64_state: Any = None
+
+
+def x64_enabled() -> bool:
+    """Whether JAX's 64-bit mode is on now (``with jax.enable_x64(True):`` included).
+
+    Example:
+        >>> import jax
+        >>> x64_enabled() == bool(jax.config.read("jax_enable_x64"))
+        True
+    """
+    global _x64_state
+    if _x64_state is None:
+        try:
+            from jax._src.config import enable_x64 as state
+
+            _x64_state = state
+        except ImportError:  # pragma: no cover - depends on the installed jax
+            _x64_state = False
+    if _x64_state is False:  # pragma: no cover - depends on the installed jax
+        import jax
+
+        return bool(jax.config.read("jax_enable_x64"))  # type: ignore[no-untyped-call]
+    return bool(_x64_state.value)
+
+
+def _xla_bridge() -> Any:
+    try:
+        from jax._src import xla_bridge
+    except ImportError:  # pragma: no cover - depends on the installed jax
+        return None
+    return xla_bridge
+
+
+def jax_backends_started() -> bool:
+    """Whether JAX's backends have started (never starts them; imports jax).
+
+    Example:
+        >>> jax_backends_started() in (True, False)
+        True
+    """
+    started = getattr(_xla_bridge(), "backends_are_initialized", None)
+    return bool(started()) if callable(started) else False
+
+
+def jax_started_platforms() -> tuple[str, ...]:
+    """The platforms of JAX's started backends (never starts them; imports jax).
+
+    Example:
+        >>> "tpu" in jax_started_platforms()
+        False
+    """
+    started = getattr(_xla_bridge(), "_backends", None)
+    return tuple(started) if isinstance(started, dict) else ()
+
+
+_use_count: Any = getattr(torch._C, "_storage_Use_Count", None)
+
+
+def storage_use_count(tensor: torch.Tensor) -> int | None:
+    """How many owners ``tensor``'s storage has, the storage object made to ask included.
+
+    Returns:
+        The count, or ``None`` where torch does not tell.
+
+    Example:
+        >>> import torch
+        >>> buffer = torch.empty(8)
+        >>> storage_use_count(buffer) in (2, None)  # the buffer, and the storage asked for
+        True
+    """
+    if _use_count is None:
+        return None  # pragma: no cover - depends on the installed torch
+    return int(_use_count(tensor.untyped_storage()._cdata))
+
+
+def is_view_of_block(tensor: torch.Tensor) -> bool | None:
+    """Whether ``tensor`` is a view of another tensor (its ``_base``), ``None`` if unknown.
+
+    Example:
+        >>> import torch
+        >>> block = torch.empty(8)
+        >>> is_view_of_block(block), is_view_of_block(block[2:])
+        (False, True)
+    """
+    if not hasattr(tensor, "_base"):
+        return None  # pragma: no cover - depends on the installed torch
+    return tensor._base is not None
+
+
+def release_weak_storage(ref: StorageWeakRef) -> None:
+    """Release ``ref``'s weak reference, as its finaliser does, even if ``__init__`` never
+    ran (then nothing is held and nothing is done).
+
+    Example:
+        >>> class Ref(StorageWeakRef):
+        ...     __slots__ = ()
+        ...     __del__ = release_weak_storage
+        >>> ref = Ref.__new__(Ref)  # never constructed: nothing to release
+        >>> del ref
+    """
+    free = getattr(ref, "_free_weak_ref", None)  # set last in __init__, after cdata
+    if free is not None:
+        free(ref.cdata)
+    elif getattr(ref, "cdata", None) is not None:
+        StorageWeakRef.__del__(ref)  # type: ignore[no-untyped-call]
+
+
+def storage_from_weak(ref: StorageWeakRef) -> torch.UntypedStorage | None:
+    """The storage ``ref`` refers to, or ``None`` once it is freed.
+
+    Example:
+        >>> import torch
+        >>> storage = torch.zeros(2).untyped_storage()
+        >>> storage_from_weak(StorageWeakRef(storage)).nbytes()
+        8
+    """
+    new = getattr(torch.UntypedStorage, "_new_with_weak_ptr", None)
+    if new is None:
+        return None  # pragma: no cover - depends on the installed torch
+    found: torch.UntypedStorage | None = new(ref.cdata)
+    return found

@@ -35,9 +35,8 @@ from torch.multiprocessing.reductions import StorageWeakRef
 
 from functional_ws.display import format_bytes
 
+from . import _private
 from ._diagnostics import logger
-
-_use_count = getattr(torch._C, "_storage_Use_Count", None)
 
 #: The fewest records kept before dead ones are swept out.
 SWEEP_AT_LEAST = 16
@@ -56,9 +55,7 @@ class StorageRef(StorageWeakRef):
     __slots__ = ()
 
     def __del__(self) -> None:
-        free = getattr(self, "_free_weak_ref", None)  # set last in __init__, after cdata
-        if free is not None:
-            free(self.cdata)
+        _private.release_weak_storage(self)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -173,7 +170,9 @@ def held_elsewhere(buffer: torch.Tensor) -> bool:
     cost a weak reference per growth. Where torch has no such count, every retired buffer
     is watched.
     """
-    if _use_count is None:
+    count = _private.storage_use_count(buffer)
+    sliced = _private.is_view_of_block(buffer)
+    if count is None or sliced is None:
         return True
-    own = 3 if buffer._base is not None else 2
-    return bool(_use_count(buffer.untyped_storage()._cdata) > own)
+    own = 3 if sliced else 2
+    return count > own

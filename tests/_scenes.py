@@ -29,6 +29,17 @@ def core_scene() -> tuple[fws.WorkspaceState, fws.Layout, fws.Span]:
     return s, layout, span
 
 
+def manager_scene() -> WorkspaceManager:
+    """:func:`core_scene` made by a CPU manager's calls: two ubatch slots, in slot (0, 0)
+    a ``float16[100]`` and an ``int32[3]`` view, 2 KiB reserved and an intact 300-byte
+    ``"kv"`` tail; slot (1, 0) never grew."""
+    ws = WorkspaceManager("cpu", num_ubatches=2)
+    ws.get_simultaneous(((100,), torch.float16), ((3,), torch.int32))
+    ws.reserve(((2048,), torch.uint8))
+    ws.get_retained("kv", (300,), torch.uint8)
+    return ws
+
+
 def tiny_beside_huge() -> WorkspaceManager:
     """One 2 MiB view and five small ones in one slot: five of six were invisible once."""
     ws = WorkspaceManager("cpu")

@@ -32,3 +32,23 @@ def retired_of(ws: WorkspaceManager) -> Any:
 def memo_of(ws: WorkspaceManager, index: int = 0) -> Any:
     """Slot ``index``'s ``get_simultaneous`` memo."""
     return ws._memos.acquired[index]
+
+
+def slots_snapshot(
+    ws: WorkspaceManager, ubatches: int = 2, *, bytes_at: str = "start"
+) -> tuple[Any, list[tuple[int, torch.Tensor] | None]]:
+    """What a refused call must leave alone: the state (compare it with ``is``) and, for
+    each ubatch slot ``(u, 0)`` below ``ubatches``, its buffer's address and a copy of 64 of
+    its bytes, from the buffer's start (``bytes_at="start"``) or from its retained span's
+    (``"retained"``); ``None`` for a slot without a buffer."""
+    slots: list[tuple[int, torch.Tensor] | None] = []
+    for ubatch in range(ubatches):
+        buffer = slot_buffer(ws, (ubatch, 0))
+        if buffer is None:
+            slots.append(None)
+            continue
+        start = 0
+        if bytes_at == "retained":
+            start = ws.state.slots[ws.state.index((ubatch, 0))].retained[1]
+        slots.append((buffer.data_ptr(), buffer[start : start + 64].clone()))
+    return ws.state, slots

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from _seams import slot_buffer
+from _seams import slots_snapshot
 from conftest import TEST_DEVICE as DEVICE
 
 import interop
@@ -80,14 +80,6 @@ def test_a_buffer_with_the_negative_bit_is_refused():
 # ----- through the manager -----
 
 
-def _snapshot(ws, ubatches=2):
-    slots = []
-    for ubatch in range(ubatches):
-        buffer = slot_buffer(ws, (ubatch, 0))
-        slots.append(None if buffer is None else (buffer.data_ptr(), buffer[:64].clone()))
-    return ws.state, slots
-
-
 def test_a_negated_buffer_is_refused_at_growth_and_changes_nothing():
     calls = []
 
@@ -101,10 +93,10 @@ def test_a_negated_buffer_is_refused_at_growth_and_changes_nothing():
     ws = WorkspaceManager(DEVICE, allocator=negating_pool)
     (view,) = ws.get_simultaneous(((1000,), U8))
     view.fill_(9)
-    before = _snapshot(ws, ubatches=1)
+    before = slots_snapshot(ws, ubatches=1)
     with pytest.raises(interop.AllocationNegativeBitError):
         ws.get_simultaneous(((5000,), U8))
-    after = _snapshot(ws, ubatches=1)
+    after = slots_snapshot(ws, ubatches=1)
     assert after[0] is before[0] and after[1][0][0] == before[1][0][0]
     assert torch.equal(after[1][0][1], before[1][0][1])
     (again,) = ws.get_simultaneous(((1000,), U8))  # the old buffer still serves
@@ -130,10 +122,10 @@ def test_one_arena_handed_to_two_slots_is_refused_and_changes_nothing(growth):
         if growth == "slot":
             (first,) = ws.get_simultaneous(((1000,), U8))
             first.fill_(1)
-        before = _snapshot(ws)
+        before = slots_snapshot(ws)
         with use_workspace_ubatch(1), pytest.raises(interop.AllocationOverlapError):
             ws.get_simultaneous(((1000,), U8))  # slot 1 (or both slots) from the same arena
-        after = _snapshot(ws)
+        after = slots_snapshot(ws)
     assert after[0] is before[0]
     for was, now in zip(before[1], after[1], strict=True):
         assert (was is None and now is None) or (was[0] == now[0] and torch.equal(was[1], now[1]))

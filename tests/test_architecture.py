@@ -173,3 +173,108 @@ def _takes_a_lock(path: Path) -> bool:
 def test_only_the_engine_takes_the_managers_mutex():
     takers = sorted(p.name for p in SHELL.glob("*.py") if _takes_a_lock(p))
     assert takers == ["_engine.py"]
+
+
+#: The frameworks whose private names only ``interop/_private.py`` may use (``sys._getframe``
+#: is not among them: the ``sys`` documentation describes it).
+FRAMEWORKS = frozenset({"torch", "jax", "jaxlib", "numpy", "np", "os", "importlib", "ml_dtypes"})
+#: Private attributes of framework objects reached through a value rather than a module
+#: (``tensor._base``, ``array.sharding._device``...) and the marks Dynamo reads.
+FRAMEWORK_PRIVATE_NAMES = frozenset({
+    "_base", "_cdata", "_data", "_device", "_backends", "_free_weak_ref", "_new_with_weak_ptr",
+    "_single_device_array_to_np_array_did_copy", "_torchdynamo_disable",
+    "_torchdynamo_disable_msg", "_dynamo_marked_constant", "_storage_Use_Count",
+    "_to_dlpack", "_from_dlpack", "_is_view", "_version",
+})  # fmt: skip
+#: Names of our own objects, whose attributes may share a framework's private names.
+OWN = frozenset({"self", "cls"})
+
+
+def _is_private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def _dotted(node: ast.expr) -> list[str] | None:
+    """``a.b.c`` as ``["a", "b", "c"]``, or ``None`` if it is not a plain dotted name."""
+    parts: list[str] = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return None
+    return [node.id, *reversed(parts)]
+
+
+def _private_framework_uses(source: str) -> list[str]:
+    """Each use of a framework's private name in ``source`` (code only: docstrings and
+    comments may name them), as ``line: what``."""
+    found: list[str] = []
+
+    def flag(node: ast.AST, what: str) -> None:
+        found.append(f"{getattr(node, 'lineno', '?')}: {what}")
+
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                parts = alias.name.split(".")
+                if parts[0] in FRAMEWORKS and any(map(_is_private, parts[1:])):
+                    flag(node, f"import {alias.name}")
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            parts = node.module.split(".")
+            if parts[0] in FRAMEWORKS and (
+                any(map(_is_private, parts[1:]))
+                or any(_is_private(alias.name) for alias in node.names)
+            ):
+                flag(node, f"from {node.module} import ...")
+        elif isinstance(node, ast.Attribute):
+            dotted = _dotted(node)
+            if node.attr in FRAMEWORK_PRIVATE_NAMES and not (dotted and dotted[0] in OWN):
+                flag(node, f".{node.attr}")
+            elif dotted and dotted[0] in FRAMEWORKS and _is_private(node.attr):
+                flag(node, ".".join(dotted))
+        elif isinstance(node, ast.keyword) and node.arg in FRAMEWORK_PRIVATE_NAMES:
+            flag(node, f"{node.arg}=")
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("getattr", "hasattr", "setattr", "delattr")
+            and len(node.args) >= 2
+            and isinstance(node.args[1], ast.Constant)
+            and isinstance(node.args[1].value, str)
+            and _is_private(node.args[1].value)
+        ):
+            flag(node, f"{node.func.id}(..., {node.args[1].value!r})")
+    return found
+
+
+def test_framework_private_hooks_live_in_one_module():
+    """``torch._C``, ``jax._src``, ``os.environ._data``...: only in ``interop/_private.py``,
+    each behind its version gate there (see its docstring)."""
+    uses = {
+        str(path.relative_to(ROOT)): found
+        for path in sorted(SHELL.rglob("*.py"))
+        if path.name != "_private.py"
+        if (found := _private_framework_uses(path.read_text(encoding="utf-8")))
+    }
+    assert uses == {}
+
+
+def test_the_private_use_finder_finds_each_kind():
+    samples = {
+        "from jax._src.lib import _jax": 1,
+        "import importlib._bootstrap": 1,
+        "from torch._C import _to_dlpack": 1,
+        "f = torch._C._from_dlpack": 2,  # torch._C, and the known name
+        "x = os.environ._data": 1,
+        "b = tensor._base": 1,
+        "d = array.sharding._device": 1,
+        "v = getattr(os.environ, '_data', None)": 1,
+        "vars(f).update(_torchdynamo_disable=True)": 1,
+        "y = self._mutex": 0,
+        "y = self._device": 0,
+        "z = torch.cuda.current_stream()": 0,
+        "from ._private import host_view": 0,
+        "w = getattr(fn, '__name__', 'fn')": 0,
+        '"""torch._C._to_dlpack in a docstring"""': 0,
+    }
+    assert {code: len(_private_framework_uses(code)) for code in samples} == samples

@@ -5,21 +5,13 @@ finished library, "The first errors a user meets")."""
 import numpy as np
 import pytest
 import torch
+from _helpers import memoised_manager
 
 import functional_ws as fws
 import interop
-from interop import WorkspaceManager, use_workspace_lane, use_workspace_ubatch
+from interop import use_workspace_lane, use_workspace_ubatch
 
 U8, F32 = torch.uint8, torch.float32
-
-
-def _warm():
-    ws = WorkspaceManager("cpu")
-    ws.get_simultaneous(((4,), F32))  # seen once
-    ws.get_simultaneous(((4,), F32))  # memoised: later bad calls hit the hot path first
-    ws.get_retained("kv", (4,), F32)
-    ws.get_retained("kv", (4,), F32)
-    return ws
 
 
 def _in_lane(lane, call):
@@ -58,7 +50,7 @@ CALLS = [
 
 @pytest.mark.parametrize("call, fragments", [c[1:] for c in CALLS], ids=[c[0] for c in CALLS])
 def test_the_traceback_starts_with_the_mistake(call, fragments):
-    ws = _warm()
+    ws = memoised_manager()
     with pytest.raises(fws.WorkspaceError) as info:
         call(ws)
     err = info.value

@@ -10,14 +10,12 @@ over copies of the original is ``test_kit_mutants.py``'s.
 
 import contextlib
 import re
-import subprocess
-import sys
 
 import _managers as m
 import pytest
+from _helpers import import_without_hypothesis
 from _user_module import pytest_user_module
 from hypothesis import settings
-from test_stateful_core import IMPORT_WITHOUT_HYPOTHESIS
 
 import interop
 import interop.testing
@@ -300,8 +298,7 @@ def test_statistics_say_what_the_runs_exercised():
 
 
 def test_without_hypothesis_the_kit_says_what_to_install():
-    code = IMPORT_WITHOUT_HYPOTHESIS.format(package="interop.testing")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    done = import_without_hypothesis("interop.testing")
     assert done.stdout.splitlines() == [
         "interop.testing needs Hypothesis, which is not installed: "
         "pip install 'functional-ws[testing]'",

@@ -2,17 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_handoff.py"
+from _helpers import load_benchmark
 
 
 def test_quick_handoff_benchmark_runs_and_to_jax_beats_from_dlpack(capsys):
-    spec = importlib.util.spec_from_file_location("bench_handoff", BENCH)
-    assert spec is not None and spec.loader is not None
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_benchmark("bench_handoff")
     assert bench.main(["--quick"]) == 0
     out = capsys.readouterr().out
     assert "interop.to_jax(view)" in out and "interop.to_torch(array)" in out

@@ -6,17 +6,11 @@ dependencies (``pip install 'functional-ws[bench]'``), reported missing where ab
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_jax_grad.py"
+from _helpers import load_benchmark
 
 
 def test_quick_run_measures_ours_and_pure_jax_and_names_the_peers(capsys):
-    spec = importlib.util.spec_from_file_location("bench_jax_grad", BENCH)
-    assert spec is not None and spec.loader is not None
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_benchmark("bench_jax_grad")
     results = bench.main(["--quick"])
     out = capsys.readouterr().out
     assert set(results) == set(bench.SIZES)

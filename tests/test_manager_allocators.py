@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import pytest
 import torch
 from _allocators import misaligned_pool
-from _seams import slot_buffer
+from _seams import slot_buffer, slots_snapshot
 from conftest import TEST_DEVICE as DEVICE
 from conftest import needs_cuda
 from test_jax_call import TRIALS, slow_sum
@@ -82,17 +82,6 @@ BAD_RESULTS = [
 ]  # fmt: skip
 
 
-def _snapshot(ws):
-    """Everything a refused growth must leave alone, for both ubatch slots."""
-    slots = []
-    for ubatch in range(2):
-        with use_workspace_ubatch(ubatch):
-            buffer = slot_buffer(ws, (ubatch, 0))
-            start = ws.state.slots[ubatch].retained[1]
-            slots.append((buffer.data_ptr(), buffer[start : start + 64].clone()))
-    return ws.state, slots
-
-
 @pytest.mark.parametrize(
     ("bad", "kind", "builtin", "reason", "fragments"),
     [pytest.param(*case[1:], id=case[0]) for case in BAD_RESULTS],
@@ -108,7 +97,7 @@ def test_bad_allocator_results_are_refused_and_change_nothing(
             view, _ = ws.get_retained("kv", (64,), U8)
             view.copy_(torch.arange(64, dtype=U8) + ubatch)
     ws.get_persistent("w", (4,), F32).fill_(2.0)
-    state, slots = _snapshot(ws)
+    state, slots = slots_snapshot(ws, bytes_at="retained")
     pool.bad, pool.after = bad, pool.calls + 1  # the first slot's block is fine, not the next
     with pytest.raises(kind) as info:
         ws.get_simultaneous(((5000,), U8))
@@ -118,7 +107,7 @@ def test_bad_allocator_results_are_refused_and_change_nothing(
     )
     for fragment in fragments:
         assert fragment in str(info.value), (fragment, str(info.value))
-    after_state, after_slots = _snapshot(ws)
+    after_state, after_slots = slots_snapshot(ws, bytes_at="retained")
     assert after_state is state
     for (base, kept), (after_base, after_kept) in zip(slots, after_slots, strict=True):
         assert after_base == base and torch.equal(after_kept, kept)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 from _allocators import workspace
-from _seams import slot_buffer
+from _seams import slots_snapshot
 from conftest import TEST_DEVICE as DEVICE
 
 import functional_ws as fws
@@ -200,15 +200,6 @@ def _base():
     return ws
 
 
-def _snapshot(ws):
-    """State, retained bytes, persistent contents and buffer address of slot (0, 0)."""
-    start = ws.state.slots[0].retained[1]
-    buffer = slot_buffer(ws, (0, 0))
-    retained = buffer[start : start + 64].clone()
-    persistent = ws.get_persistent("w", (4,), F32).clone()
-    return ws.state, retained, persistent, buffer.data_ptr()
-
-
 @pytest.mark.usefixtures("allocator")
 @pytest.mark.parametrize(
     ("call", "locked", "kind", "fragments"),
@@ -218,13 +209,15 @@ def test_bad_input_is_refused_clearly_and_loses_nothing(call, locked, kind, frag
     ws = _base()
     if locked:
         ws.lock()
-    state, retained, persistent, base = _snapshot(ws)
+    state, [(base, retained)] = slots_snapshot(ws, ubatches=1, bytes_at="retained")
+    persistent = ws.get_persistent("w", (4,), F32).clone()
     with pytest.raises(kind) as info:
         call(ws, tmp_path) if call.__code__.co_argcount == 2 else call(ws)
     for fragment in fragments:
         assert fragment in str(info.value), (fragment, str(info.value))
     assert ws.state is state
-    _, after_retained, after_persistent, after_base = _snapshot(ws)
+    _, [(after_base, after_retained)] = slots_snapshot(ws, ubatches=1, bytes_at="retained")
+    after_persistent = ws.get_persistent("w", (4,), F32).clone()
     assert after_base == base
     assert torch.equal(after_retained, retained) and torch.equal(after_persistent, persistent)
     assert ws.get_retained("kv", (64,), U8)[1], "the retained span is still intact"

@@ -5,19 +5,14 @@ No timing is asserted here: CI machines are too noisy. The figures come from run
 ``ReferenceWorkspaceManager`` (``tests/test_reference.py`` checks it against the original).
 """
 
-import sys
-from pathlib import Path
-
 import torch
-
-from interop._requests import canonical
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-
-import bench_hot_path
+from _helpers import load_benchmark
 
 from interop import WorkspaceManager
+from interop._requests import canonical
 from interop.testing import ReferenceWorkspaceManager
+
+bench_hot_path = load_benchmark("bench_hot_path")
 
 
 def test_quick_run_prints_every_case_and_returns_medians(capsys):

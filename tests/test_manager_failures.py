@@ -13,26 +13,13 @@ import json
 import pytest
 import torch
 from _allocators import workspace
+from _helpers import manager_with_patterned_tail, patterned_tail_is_intact
 from _seams import allocator_of, slot_buffer
 
 import functional_ws as fws
 from interop import CapacityLimitError, use_workspace_ubatch
 
 U8, I8 = torch.uint8, torch.int8
-
-
-def _warm(**kwargs):
-    """A manager with a 1 KiB slot (0, 0) whose retained tail holds a known pattern."""
-    ws = workspace("cpu", **kwargs)
-    ws.get_simultaneous(((1024,), U8))
-    tail, _ = ws.get_retained("kv", (16,), U8)
-    tail.copy_(torch.arange(16, dtype=U8))
-    return ws
-
-
-def _tail_is_intact(ws):
-    tail, intact = ws.get_retained("kv", (16,), U8)
-    return intact and tail.tolist() == list(range(16))
 
 
 @pytest.mark.parametrize(
@@ -47,17 +34,17 @@ def _tail_is_intact(ws):
     ids=["get_simultaneous", "int8-overflow", "get_retained", "reserve", "reserve_many"],
 )
 def test_a_request_that_can_never_fit_is_refused_before_anything_is_released(allocator, call):
-    ws = _warm()
+    ws = manager_with_patterned_tail()
     before, buffer = ws.state, slot_buffer(ws, (0, 0))
     with pytest.raises(CapacityLimitError, match="can never fit") as info:
         call(ws)
     assert isinstance(info.value, RuntimeError)  # what torch raises for out of memory
     assert ws.state is before and slot_buffer(ws, (0, 0)) is buffer
-    assert _tail_is_intact(ws)
+    assert patterned_tail_is_intact(ws)
 
 
 def test_an_unsatisfiable_plan_is_refused_before_anything_grows(allocator, tmp_path):
-    ws = _warm(num_ubatches=2)
+    ws = manager_with_patterned_tail(num_ubatches=2)
     plan = fws.to_dict(ws.state)
     plan["slots"][0].update(capacity=2**61, high_water=2**61)  # slot (0, 0) can never fit
     plan["slots"][1].update(capacity=4096, high_water=4096, growths=1)
@@ -67,7 +54,7 @@ def test_an_unsatisfiable_plan_is_refused_before_anything_grows(allocator, tmp_p
     with pytest.raises(CapacityLimitError):
         ws.load_plan(path)
     assert ws.state is before and ws.state.capacity((1, 0)) == 0  # nothing applied halfway
-    assert _tail_is_intact(ws)
+    assert patterned_tail_is_intact(ws)
 
 
 class Flaky:
@@ -89,7 +76,7 @@ class Flaky:
 
 
 def test_a_real_out_of_memory_gets_the_slot_its_old_capacity_back(monkeypatch):
-    ws = _warm()
+    ws = manager_with_patterned_tail()
     flaky = Flaky(ws, limit=4096)
     monkeypatch.setattr(allocator_of(ws), "allocate", flaky)
     with pytest.raises(torch.OutOfMemoryError) as info:  # the allocator's own error
@@ -107,7 +94,7 @@ def test_a_real_out_of_memory_gets_the_slot_its_old_capacity_back(monkeypatch):
 
 
 def test_when_even_the_old_capacity_fails_the_slot_is_empty_and_the_error_says_so(monkeypatch):
-    ws = _warm()
+    ws = manager_with_patterned_tail()
     monkeypatch.setattr(allocator_of(ws), "allocate", Flaky(ws, limit=0, error=MemoryError))
     with pytest.raises(MemoryError) as info:
         ws.get_simultaneous(((100_000,), U8))
@@ -120,7 +107,7 @@ def test_when_even_the_old_capacity_fails_the_slot_is_empty_and_the_error_says_s
 
 
 def test_an_interrupt_during_allocation_restores_the_slot(monkeypatch):
-    ws = _warm()
+    ws = manager_with_patterned_tail()
     monkeypatch.setattr(allocator_of(ws), "allocate", Flaky(ws, 4096, KeyboardInterrupt))
     with pytest.raises(KeyboardInterrupt):
         ws.get_simultaneous(((100_000,), U8))

@@ -5,7 +5,7 @@ import re
 import matplotlib
 import pytest
 import torch
-from _scenes import many_slots, recorded_history, tiny_beside_huge
+from _scenes import manager_scene, many_slots, recorded_history, tiny_beside_huge
 from IPython.lib.pretty import pretty
 
 from interop import WorkspaceLockedError, WorkspaceManager, use_workspace_ubatch
@@ -13,16 +13,8 @@ from interop import WorkspaceLockedError, WorkspaceManager, use_workspace_ubatch
 matplotlib.use("Agg")
 
 
-def _warm():
-    ws = WorkspaceManager("cpu", num_ubatches=2)
-    ws.get_simultaneous(((100,), torch.float16), ((3,), torch.int32))
-    ws.reserve(((2048,), torch.uint8))
-    ws.get_retained("kv", (300,), torch.uint8)
-    return ws
-
-
 def test_last_layouts_and_spans_feed_the_pictures():
-    ws = _warm()
+    ws = manager_scene()
     assert ws.last_layouts[(0, 0)].offsets == (0, 256)
     assert ws.last_spans[(0, 0)].offset == 1536 and (1, 0) not in ws.last_spans
     html = ws._repr_html_()
@@ -38,7 +30,7 @@ def test_last_layouts_and_spans_feed_the_pictures():
 
 
 def test_a_manager_displays_as_itself_with_device_allocator_and_lock():
-    ws = _warm()
+    ws = manager_scene()
     ws.lock()
     html = ws._repr_html_()
     assert "<b>WorkspaceManager on cpu</b>: 2 ubatches x 1 lane" in html
@@ -66,12 +58,12 @@ def test_a_manager_figure_is_shown_once():
     import matplotlib.pyplot as plt
 
     plt.close("all")
-    fig = _warm().plot()
+    fig = manager_scene().plot()
     assert plt.get_fignums() == [] and fig._repr_png_().startswith(b"\x89PNG")
 
 
 def test_stats_display_in_binary_units_with_exact_bytes_on_hover():
-    ws = _warm()
+    ws = manager_scene()
     stats = ws.stats()
     assert repr(stats) == "WorkspaceStats(unlocked, 2 slots, capacity 4.00 KiB, pinned 0 B)"
     assert pretty(stats) == str(stats) and str(stats).splitlines()[1] == (

@@ -19,7 +19,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-import torch
+from _helpers import reserved_manager
 
 import functional_ws as fws
 from interop import WorkspaceManager
@@ -27,15 +27,9 @@ from interop import WorkspaceManager
 _real_dump = json.dump
 
 
-def _warm(num_ubatches: int = 1, nbytes: int = 4096) -> WorkspaceManager:
-    ws = WorkspaceManager("cpu", num_ubatches=num_ubatches)
-    ws.reserve(((nbytes,), torch.uint8))
-    return ws
-
-
 def _saved_good_plan(tmp_path) -> tuple[Path, bytes]:
     path = tmp_path / "plan.json"
-    _warm().save_plan(path)
+    reserved_manager().save_plan(path)
     return path, path.read_bytes()
 
 
@@ -48,7 +42,7 @@ def _dump_part_then(error: BaseException):
 
 
 def test_a_save_round_trips_and_leaves_only_the_plan(tmp_path):
-    warm = _warm(num_ubatches=2, nbytes=10_000)
+    warm = reserved_manager(num_ubatches=2, nbytes=10_000)
     warm.lock()
     path = tmp_path / "plan.json"
     warm.save_plan(path)
@@ -63,7 +57,7 @@ def test_a_save_round_trips_and_leaves_only_the_plan(tmp_path):
 
 def test_a_save_replaces_a_previous_plan(tmp_path):
     path, _ = _saved_good_plan(tmp_path)
-    bigger = _warm(nbytes=1 << 20)
+    bigger = reserved_manager(nbytes=1 << 20)
     bigger.save_plan(path)
     assert json.loads(path.read_text(encoding="utf-8")) == fws.to_dict(bigger.state)
     assert os.listdir(tmp_path) == ["plan.json"]
@@ -78,7 +72,7 @@ def test_a_write_failing_midway_keeps_the_previous_plan(tmp_path, monkeypatch, e
     path, before = _saved_good_plan(tmp_path)
     monkeypatch.setattr(json, "dump", _dump_part_then(error))
     with pytest.raises(type(error)):
-        _warm(num_ubatches=3).save_plan(path)
+        reserved_manager(num_ubatches=3).save_plan(path)
     monkeypatch.setattr(json, "dump", _real_dump)
     assert path.read_bytes() == before
     assert os.listdir(tmp_path) == ["plan.json"]
@@ -92,7 +86,7 @@ def test_a_full_disk_reported_at_fsync_keeps_the_previous_plan(tmp_path, monkeyp
 
     monkeypatch.setattr(os, "fsync", fsync)
     with pytest.raises(OSError, match="No space left"):
-        _warm(num_ubatches=3).save_plan(path)
+        reserved_manager(num_ubatches=3).save_plan(path)
     assert path.read_bytes() == before
     assert os.listdir(tmp_path) == ["plan.json"]
 
@@ -133,14 +127,14 @@ def test_a_real_short_write_keeps_the_previous_plan(tmp_path):
 def test_a_replaced_plan_keeps_its_permissions(tmp_path):
     path, _ = _saved_good_plan(tmp_path)
     os.chmod(path, 0o640)
-    _warm(nbytes=8192).save_plan(path)
+    reserved_manager(nbytes=8192).save_plan(path)
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o640
 
 
 def test_a_new_plan_gets_the_permissions_open_would_give(tmp_path):
     mask = os.umask(0o022)
     os.umask(mask)
-    _warm().save_plan(tmp_path / "plan.json")
+    reserved_manager().save_plan(tmp_path / "plan.json")
     assert stat.S_IMODE(os.stat(tmp_path / "plan.json").st_mode) == 0o666 & ~mask
 
 
@@ -148,7 +142,7 @@ def test_a_link_to_a_plan_is_followed(tmp_path):
     path, _ = _saved_good_plan(tmp_path)
     link = tmp_path / "current.json"
     link.symlink_to("plan.json")
-    grown = _warm(nbytes=8192)
+    grown = reserved_manager(nbytes=8192)
     grown.save_plan(link)
     assert link.is_symlink()
     assert json.loads(path.read_text(encoding="utf-8")) == fws.to_dict(grown.state)
@@ -156,7 +150,7 @@ def test_a_link_to_a_plan_is_followed(tmp_path):
 
 def test_a_missing_folder_raises_and_writes_nothing(tmp_path):
     with pytest.raises(FileNotFoundError):
-        _warm().save_plan(tmp_path / "absent" / "plan.json")
+        reserved_manager().save_plan(tmp_path / "absent" / "plan.json")
     assert os.listdir(tmp_path) == []
 
 
@@ -193,7 +187,7 @@ def test_only_a_regular_file_is_replaced(tmp_path, make, kind, test, through_lin
         path = special
     before = sorted(os.listdir(tmp_path))
     with pytest.raises(FileExistsError, match=kind) as info:
-        _warm().save_plan(path)
+        reserved_manager().save_plan(path)
     assert repr(os.fspath(path)) in str(info.value) and "nothing was written" in str(info.value)
     assert test(os.stat(special).st_mode), "the special file is still what it was"
     assert sorted(os.listdir(tmp_path)) == before  # no partial file left beside it
@@ -203,5 +197,5 @@ def test_only_a_regular_file_is_replaced(tmp_path, make, kind, test, through_lin
 def test_the_null_device_is_never_replaced():
     # As root, replacing the path would swap the system's null device for a regular file.
     with pytest.raises(FileExistsError, match="a character device"):
-        _warm().save_plan("/dev/null")
+        reserved_manager().save_plan("/dev/null")
     assert stat.S_ISCHR(os.stat("/dev/null").st_mode)

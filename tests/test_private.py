@@ -81,3 +81,189 @@ def test_a_constant_result_is_computed_while_tracing_only():
     assert [compiled(torch.zeros(1)).item() for _ in range(3)] == [30.0] * 3
     assert calls == [3]
     torch._dynamo.reset()
+
+
+def test_a_function_run_eagerly_is_marked_and_its_frames_skipped(monkeypatch):
+    def scratch():
+        return 1
+
+    assert private.dynamo_runs_eagerly(scratch, "the reason") is True
+    assert (scratch._torchdynamo_disable, scratch._torchdynamo_disable_msg) == (True, "the reason")
+
+
+def test_without_frame_strategies_a_function_is_only_marked(monkeypatch):
+    def refuse(code, strategy):
+        raise AssertionError("no strategy should be set")
+
+    monkeypatch.setattr(private, "_SKIP_RECURSIVELY", None)
+    monkeypatch.setattr(private, "_set_strategy", refuse)
+
+    def scratch():
+        return 1
+
+    assert private.dynamo_runs_eagerly(scratch, "why") is False
+    assert scratch._torchdynamo_disable_msg == "why"
+
+
+def test_the_raw_environ_follows_os_environ(monkeypatch):
+    data, encode = private.raw_environ()
+    monkeypatch.setenv("FUNCTIONAL_WS_PRIVATE_PROBE", "1")
+    assert encode("FUNCTIONAL_WS_PRIVATE_PROBE") in data
+    monkeypatch.delenv("FUNCTIONAL_WS_PRIVATE_PROBE")
+    assert encode("FUNCTIONAL_WS_PRIVATE_PROBE") not in data
+
+
+def test_without_the_raw_environ_the_debug_switch_reads_os_environ(monkeypatch):
+    import interop._diagnostics as diagnostics
+
+    monkeypatch.setattr(private, "os", types.SimpleNamespace(environ={"PATH": "/bin"}))
+    assert private.raw_environ() is None
+    monkeypatch.setattr(diagnostics, "_ENVIRON", None)
+    monkeypatch.delenv("FUNCTIONAL_WS_DEBUG", raising=False)
+    monkeypatch.delenv("VLLM_DEBUG_WORKSPACE", raising=False)
+    assert diagnostics.debug_enabled() is False
+    monkeypatch.setenv("VLLM_DEBUG_WORKSPACE", "2")
+    assert diagnostics.debug_enabled() is True
+
+
+def test_the_interpreter_files_are_importlibs_bootstrap(monkeypatch):
+    import importlib._bootstrap
+    import importlib._bootstrap_external
+    import os
+
+    expected = {
+        os.path.abspath(m.__file__)
+        for m in (importlib._bootstrap, importlib._bootstrap_external)
+        if getattr(m, "__file__", None)
+    }
+    assert set(private.interpreter_files()) == expected
+    monkeypatch.setattr(private, "_BOOTSTRAP_MODULES", ("no_such_bootstrap_module",))
+    assert private.interpreter_files() == ()
+
+
+def test_jaxlib_dlpack_is_found_where_the_extension_is_recent_enough(monkeypatch):
+    import jax.numpy as jnp
+
+    found = private.jaxlib_dlpack()
+    assert found is not None and type(jnp.zeros(1)) is found.array_impl
+    monkeypatch.setattr(private, "JAXLIB_EXTENSION_AT_LEAST", 10**9)
+    assert private.jaxlib_dlpack() is None
+
+
+def test_torch_capsules_are_the_c_functions_or_the_public_ones(monkeypatch):
+    import torch
+
+    assert private.torch_capsules() == (torch._C._to_dlpack, torch._C._from_dlpack)
+    monkeypatch.delattr(torch._C, "_to_dlpack")
+    to_capsule, from_capsule = private.torch_capsules()
+    assert (to_capsule, from_capsule) == (
+        torch.utils.dlpack.to_dlpack,
+        torch.utils.dlpack.from_dlpack,
+    )
+    source = torch.arange(4)
+    assert from_capsule(to_capsule(source)).data_ptr() == source.data_ptr()
+
+
+def test_the_host_view_says_whether_it_copied_and_falls_back_to_asarray():
+    import jax.numpy as jnp
+    import numpy as np
+
+    array = jnp.arange(3, dtype=jnp.bfloat16)
+    host, copied = private.host_view(array)
+    assert (host.tolist(), copied) == ([0, 1, 2], False)
+    plain = np.arange(3)  # no jaxlib method: NumPy's own conversion, "copied" unknown
+    host, copied = private.host_view(plain)
+    assert host is plain and copied is None
+
+
+def test_the_sharding_device_is_its_one_device_either_way():
+    import jax.numpy as jnp
+
+    array = jnp.zeros(2)
+    device = next(iter(array.devices()))
+    assert private.sharding_device(array.sharding) == device
+    assert private.sharding_device(types.SimpleNamespace(device_set={device})) == device
+
+
+def test_x64_mode_is_read_as_in_force_or_from_the_config(monkeypatch):
+    import jax
+
+    assert private.x64_enabled() is bool(jax.config.read("jax_enable_x64"))
+    with jax.enable_x64(True):
+        assert private.x64_enabled() is True
+    monkeypatch.setattr(private, "_x64_state", False)  # the private state is missing
+    assert private.x64_enabled() is bool(jax.config.read("jax_enable_x64"))
+
+
+def test_started_backends_are_seen_and_unknown_means_none(monkeypatch):
+    import jax
+
+    jax.devices()
+    assert private.jax_backends_started() is True
+    assert "cpu" in private.jax_started_platforms()
+    monkeypatch.setattr(private, "_xla_bridge", lambda: types.SimpleNamespace())
+    assert private.jax_backends_started() is False
+    assert private.jax_started_platforms() == ()
+
+
+def test_storage_owners_count_views_and_unknown_counts_watch_the_buffer(monkeypatch):
+    import torch
+
+    from interop._retired import held_elsewhere
+
+    buffer = torch.empty(16)
+    assert private.storage_use_count(buffer) == 2  # the buffer and the storage asked for
+    assert not held_elsewhere(buffer)
+    view = buffer[4:]
+    assert private.storage_use_count(buffer) == 3
+    assert private.is_view_of_block(view) is True and private.is_view_of_block(buffer) is False
+    assert held_elsewhere(buffer)
+    del view
+    assert private.is_view_of_block(types.SimpleNamespace()) is None
+    monkeypatch.setattr(private, "_use_count", None)
+    assert private.storage_use_count(buffer) is None
+    assert held_elsewhere(buffer)  # unknown: watched
+    monkeypatch.undo()
+    monkeypatch.setattr(private, "is_view_of_block", lambda tensor: None)
+    assert held_elsewhere(buffer)
+
+
+def test_a_weak_storage_reference_is_released_once_whatever_was_constructed(monkeypatch):
+    released = []
+    private.release_weak_storage(types.SimpleNamespace(cdata=7, _free_weak_ref=released.append))
+    assert released == [7]
+    private.release_weak_storage(types.SimpleNamespace())  # never constructed: nothing held
+    assert released == [7]
+
+    class Renamed:  # torch renamed _free_weak_ref: its own finaliser knows the new name
+        def __del__(self):
+            released.append(self.cdata)
+
+    monkeypatch.setattr(private, "StorageWeakRef", Renamed)
+    private.release_weak_storage(types.SimpleNamespace(cdata=8))
+    assert released == [7, 8]
+
+
+def test_a_half_built_retired_reference_is_finalised_quietly(monkeypatch):
+    from interop._retired import StorageRef
+
+    ignored = []
+    monkeypatch.setattr(sys, "unraisablehook", ignored.append)
+    ref = StorageRef.__new__(StorageRef)  # as Dynamo's polyfill makes one
+    del ref
+    assert ignored == []
+
+
+def test_a_weak_storage_reference_gives_the_live_storage_or_none(monkeypatch):
+    import torch
+    from torch.multiprocessing.reductions import StorageWeakRef
+
+    tensor = torch.zeros(4)
+    ref = StorageWeakRef(tensor.untyped_storage())
+    assert private.storage_from_weak(ref).data_ptr() == tensor.data_ptr()
+    del tensor
+    assert private.storage_from_weak(ref) is None
+    tensor = torch.zeros(4)
+    ref = StorageWeakRef(tensor.untyped_storage())
+    monkeypatch.setattr(private, "torch", types.SimpleNamespace(UntypedStorage=object))
+    assert private.storage_from_weak(ref) is None

@@ -1,10 +1,9 @@
 """Run the shipped state machine against the pure core, in several configurations."""
 
 import dataclasses
-import subprocess
-import sys
 
 import pytest
+from _helpers import import_without_hypothesis
 from _user_module import pytest_user_module
 from hypothesis import Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
@@ -132,20 +131,8 @@ def test_readme_idiom_collects_and_runs_cleanly(tmp_path):
     assert "2 passed" in done.stdout and "warning" not in done.stdout.lower(), done.stdout
 
 
-IMPORT_WITHOUT_HYPOTHESIS = """
-import sys
-sys.modules["hypothesis"] = None  # as if it were not installed
-try:
-    import {package}
-except ImportError as err:
-    print(err)
-    print(type(err.__cause__).__name__, err.__cause__.name)
-"""
-
-
 def test_without_hypothesis_the_kit_says_what_to_install():
-    code = IMPORT_WITHOUT_HYPOTHESIS.format(package="functional_ws.testing")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    done = import_without_hypothesis("functional_ws.testing")
     assert done.stdout.splitlines() == [
         "functional_ws.testing needs Hypothesis, which is not installed: "
         "pip install 'functional-ws[testing]'",

@@ -11,10 +11,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from _helpers import load_benchmark
 
-import bench_workloads
-
+bench_workloads = load_benchmark("bench_workloads")
 ROOT = Path(__file__).resolve().parents[1]
 
 

@@ -12,6 +12,8 @@ import dataclasses
 import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 
+from .._private import storage_from_weak
+
 
 def nbytes_of(view: torch.Tensor) -> int:
     """The bytes a (contiguous) view covers."""
@@ -94,7 +96,7 @@ class Buffer:
 
     def window(self, offset: int, nbytes: int) -> torch.Tensor | None:
         """A ``uint8`` tensor over ``[offset, offset + nbytes)``, or ``None`` if freed."""
-        storage = torch.UntypedStorage._new_with_weak_ptr(self.weak.cdata)
+        storage = storage_from_weak(self.weak)
         if storage is None:
             return None
         return window(storage, offset, nbytes)
