@@ -49,30 +49,6 @@ def test_views_are_back_to_back_at_256_byte_offsets_and_absolutely_aligned():
     assert ws.state.capacity((0, 0)) == 768  # each view padded to 256, as the original
 
 
-@pytest.mark.parametrize(
-    "dtype", [torch.bool, U8, I8, torch.float16, BF16, torch.int32, F32, torch.int64,
-              torch.float64, torch.complex128],
-    ids=str,
-)  # fmt: skip
-def test_every_dtype_gets_an_aligned_view_of_the_right_bytes(dtype):
-    ws = manager()
-    first, view = ws.get_simultaneous(((3,), U8), ((7, 3), dtype))
-    assert view.data_ptr() % 256 == 0 and view.data_ptr() - first.data_ptr() == 256
-    assert view.is_contiguous() and view.shape == (7, 3) and view.dtype == dtype
-
-
-def test_zero_size_and_zero_dim_views():
-    ws = manager()
-    assert ws.get_simultaneous() == []
-    (empty,) = ws.get_simultaneous(((0,), F32))  # no buffer yet: the original crashed here
-    assert empty.numel() == 0 and empty.device.type == DEVICE.type
-    scalar, nothing, matrix = ws.get_simultaneous(((), F32), ((4, 0), I8), ((2, 2), F32))
-    assert scalar.shape == () and nothing.shape == (4, 0) and matrix.shape == (2, 2)
-    scalar.fill_(3.5)
-    assert ws.get_simultaneous(((), F32))[0].item() == 3.5
-    assert scalar.data_ptr() % 256 == 0 and matrix.data_ptr() - scalar.data_ptr() == 256
-
-
 def test_growth_is_exact_only_for_the_requesting_slot_and_never_shrinks():
     ws = manager(num_ubatches=2)
     ws.get_simultaneous(((1000,), U8))
