@@ -213,17 +213,6 @@ def test_lanes_do_not_alias_and_the_lane_is_restored_on_exit():
     assert again.data_ptr() == lane0.data_ptr()
 
 
-def test_ubatch_by_lane_slots_are_distinct():
-    ws = manager(num_ubatches=2, num_lanes=2)
-    bases = set()
-    for ubatch in range(2):
-        for lane in range(2):
-            with use_workspace_ubatch(ubatch), use_workspace_lane(lane):
-                (view,) = ws.get_simultaneous(((64,), F32))
-                bases.add(view.data_ptr())
-    assert len(bases) == 4
-
-
 def test_lane_validation():
     with pytest.raises(ValueError, match="non-negative"):
         use_workspace_lane(-1)
