@@ -16,7 +16,7 @@ Carved views share a base (the alias): they are memoised, never handed out. A ca
 over the same memory with no view relation to the alias (``view(dtype)`` records none), as
 the original's result had; so what a caller does to it (``resize_``, ``set_``,
 ``requires_grad_``, an in-place op under autograd) never reaches the alias or another
-call's views. ``tests/test_manager_views.py`` checks every such use against the original's
+call's views. ``tests/test_carving.py`` checks every such use against the original's
 views; ``benchmarks/bench_hot_path.py`` measures what a view costs.
 """
 

@@ -54,8 +54,9 @@ class StorageRef(StorageWeakRef):
 
     __slots__ = ()
 
-    def __del__(self) -> None:
-        _private.release_weak_storage(self)
+    # Bound here, not looked up when it runs: a finaliser may run at interpreter shutdown,
+    # when module globals are already cleared (torch's own keeps its function for this).
+    __del__ = _private.release_weak_storage
 
 
 @dataclasses.dataclass(frozen=True)

@@ -16,11 +16,18 @@ from typing import Any
 
 import torch
 from _allocators import workspace
+from conftest import TEST_DEVICE
 
 from interop import WorkspaceManager
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 U8, F32 = torch.uint8, torch.float32
+
+
+def manager(**kwargs: Any) -> WorkspaceManager:
+    """A manager on the test device (``FUNCTIONAL_WS_TEST_DEVICE``) with the current test's
+    allocator (:func:`_allocators.workspace`; ``kwargs`` go to the constructor)."""
+    return workspace(TEST_DEVICE, **kwargs)
 
 
 def memoised_manager() -> WorkspaceManager:

@@ -19,6 +19,13 @@ def slot_buffer(ws: WorkspaceManager, slot: tuple[int, int] = (0, 0)) -> torch.T
     return ws._current_workspaces[ws.state.index(slot)]
 
 
+def base_of(ws: WorkspaceManager, slot: tuple[int, int] = (0, 0)) -> int:
+    """The address of slot ``slot``'s buffer (it must have one)."""
+    buffer = slot_buffer(ws, slot)
+    assert buffer is not None, f"slot {slot} has no buffer"
+    return buffer.data_ptr()
+
+
 def allocator_of(ws: WorkspaceManager) -> Any:
     """The allocator every growth of ``ws`` asks (patch its ``allocate`` to inject faults)."""
     return ws._allocator

@@ -11,8 +11,8 @@ import threading
 
 import pytest
 import torch
-from _allocators import workspace
-from _seams import allocator_of, memo_of, slot_buffer
+from _helpers import manager
+from _seams import allocator_of, base_of, slot_buffer
 from conftest import TEST_DEVICE as DEVICE
 
 import interop
@@ -30,17 +30,9 @@ F32, BF16, I8, U8 = torch.float32, torch.bfloat16, torch.int8, torch.uint8
 pytestmark = pytest.mark.usefixtures("allocator")
 
 
-def manager(**kwargs):
-    return workspace(DEVICE, **kwargs)
-
-
 def span(view):
     """``[start, end)`` byte addresses of a view."""
     return view.data_ptr(), view.data_ptr() + view.numel() * view.element_size()
-
-
-def base_of(ws, slot=(0, 0)):
-    return slot_buffer(ws, slot).data_ptr()
 
 
 # ----- layout, growth, alignment -----
@@ -55,30 +47,6 @@ def test_views_are_back_to_back_at_256_byte_offsets_and_absolutely_aligned():
     assert (a.shape, b.shape, c.shape) == ((10,), (3,), (2, 5))
     assert (a.dtype, b.dtype, c.dtype) == (F32, I8, BF16)
     assert ws.state.capacity((0, 0)) == 768  # each view padded to 256, as the original
-
-
-@pytest.mark.parametrize(
-    "dtype", [torch.bool, U8, I8, torch.float16, BF16, torch.int32, F32, torch.int64,
-              torch.float64, torch.complex128],
-    ids=str,
-)  # fmt: skip
-def test_every_dtype_gets_an_aligned_view_of_the_right_bytes(dtype):
-    ws = manager()
-    first, view = ws.get_simultaneous(((3,), U8), ((7, 3), dtype))
-    assert view.data_ptr() % 256 == 0 and view.data_ptr() - first.data_ptr() == 256
-    assert view.is_contiguous() and view.shape == (7, 3) and view.dtype == dtype
-
-
-def test_zero_size_and_zero_dim_views():
-    ws = manager()
-    assert ws.get_simultaneous() == []
-    (empty,) = ws.get_simultaneous(((0,), F32))  # no buffer yet: the original crashed here
-    assert empty.numel() == 0 and empty.device.type == DEVICE.type
-    scalar, nothing, matrix = ws.get_simultaneous(((), F32), ((4, 0), I8), ((2, 2), F32))
-    assert scalar.shape == () and nothing.shape == (4, 0) and matrix.shape == (2, 2)
-    scalar.fill_(3.5)
-    assert ws.get_simultaneous(((), F32))[0].item() == 3.5
-    assert scalar.data_ptr() % 256 == 0 and matrix.data_ptr() - scalar.data_ptr() == 256
 
 
 def test_growth_is_exact_only_for_the_requesting_slot_and_never_shrinks():
@@ -245,17 +213,6 @@ def test_lanes_do_not_alias_and_the_lane_is_restored_on_exit():
     assert again.data_ptr() == lane0.data_ptr()
 
 
-def test_ubatch_by_lane_slots_are_distinct():
-    ws = manager(num_ubatches=2, num_lanes=2)
-    bases = set()
-    for ubatch in range(2):
-        for lane in range(2):
-            with use_workspace_ubatch(ubatch), use_workspace_lane(lane):
-                (view,) = ws.get_simultaneous(((64,), F32))
-                bases.add(view.data_ptr())
-    assert len(bases) == 4
-
-
 def test_lane_validation():
     with pytest.raises(ValueError, match="non-negative"):
         use_workspace_lane(-1)
@@ -407,7 +364,7 @@ def test_get_persistent_keeps_contents_zero_inits_once_and_rejects_changes():
     assert ws.get_persistent_resource((torch.Tensor, "scales"), list) is scales
 
 
-# ----- memoisation -----
+# ----- dims on the hot path -----
 
 
 @pytest.mark.parametrize("dim", [True, 1.0], ids=["bool", "float"])
@@ -425,29 +382,6 @@ def test_memoised_request_does_not_let_equal_bool_or_float_dims_through(dim):
     ws.get_persistent("p", (1,), F32)
     with pytest.raises(ValueError, match="shape"):
         ws.get_persistent("p", (dim,), F32)
-
-
-def test_memo_follows_the_buffer_and_each_call_returns_fresh_views():
-    ws = manager()
-    first = ws.get_simultaneous(((8,), F32))[0]
-    second = ws.get_simultaneous(((8,), F32))[0]
-    assert first is not second and first.data_ptr() == second.data_ptr()
-    second.requires_grad_()
-    first.resize_(2)
-    assert not ws.get_simultaneous(((8,), F32))[0].requires_grad
-    assert ws.get_simultaneous(((8,), F32))[0].shape == (8,)
-    ws.get_simultaneous(((4096,), F32))  # growth replaces the buffer
-    (after,) = ws.get_simultaneous(((8,), F32))
-    assert after.data_ptr() == base_of(ws) != first.data_ptr()
-
-
-def test_memo_is_bounded(monkeypatch):
-    monkeypatch.setattr("interop._memo.MAX_MEMOISED", 4)
-    ws = manager()
-    for n in range(1, 20):
-        ws.get_simultaneous(((n,), U8))
-        ws.get_simultaneous(((n,), U8))  # seen twice: memoised
-    assert 0 < memo_of(ws).entries() <= 4
 
 
 def test_numpy_int_dims_and_torch_size_are_served():
@@ -527,38 +461,3 @@ def test_debug_log_is_silent_by_default(monkeypatch, caplog):
     ws.get_simultaneous(((64,), U8))
     ws.lock()
     assert caplog.text == ""
-
-
-def test_a_request_is_memoised_the_second_time_it_is_seen():
-    ws = manager()
-    ws.get_simultaneous(((4096,), U8))  # a growth, seen once
-    ws.get_simultaneous(((100,), F32))  # a miss, seen once: nothing kept
-    assert memo_of(ws).entries() == 0
-    first = ws.get_simultaneous(((100,), F32))[0]
-    assert memo_of(ws).entries() == 1  # seen twice: memoised
-    again = ws.get_simultaneous(((100,), F32))[0]
-    assert again.data_ptr() == first.data_ptr() and again is not first
-
-
-def test_memo_evicts_the_least_recently_used(monkeypatch):
-    monkeypatch.setattr("interop._memo.MAX_MEMOISED", 8)  # two generations of four
-    ws = manager()
-    ws.get_simultaneous(((4096,), U8))
-
-    def use(n):
-        return ws.get_simultaneous(((n,), U8))
-
-    for n in (1, 2, 3, 4):
-        use(n), use(n)  # memoised
-    use(5), use(5)  # the young generation was full: 1-4 are the old one now
-    use(1)  # used again: back in the young generation
-    for n in (6, 7, 8):
-        use(n), use(n)  # the young one fills again: 2, 3, 4 (unused) are dropped
-    memo = memo_of(ws)
-
-    def kept(n):
-        key = (((n,), U8),)
-        return key in memo or key in memo.old
-
-    assert kept(1) and kept(5) and kept(8)
-    assert not kept(2) and not kept(3) and not kept(4)

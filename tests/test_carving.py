@@ -1,4 +1,5 @@
-"""Memoised views behave like the original's freshly built ones, for every use it allows.
+"""Carving (``interop/_carving.py``): typed views at byte offsets of a slot's buffer, and
+memoised views that behave like the original's freshly built ones, for every use it allows.
 
 The original built each view on every call (slice, ``view(dtype)``, ``reshape``); the façade
 carves it once and returns ``carved.view(dtype)`` per call. Each use below runs on a fresh
@@ -16,10 +17,13 @@ import itertools
 import pytest
 import torch
 from _allocators import workspace
+from _helpers import manager
 from _seams import slot_buffer
 from conftest import TEST_DEVICE as DEVICE
 
-pytestmark = pytest.mark.usefixtures("allocator")  # every allocator's buffers, the same uses
+from interop._carving import Carver, contiguous_strides, fresh, view_maker
+
+F32, BF16, I8, U8 = torch.float32, torch.bfloat16, torch.int8, torch.uint8
 SPEC = ((4, 4), torch.float32)
 OFFSET = 256  # the view under test is the second one: ((8,), uint8) comes first
 MODES = {
@@ -157,6 +161,7 @@ def test_every_use_the_original_allows_behaves_the_same(name, allocator):
         assert differences, f"{name} no longer differs: drop it from KNOWN_DIFFERENCES"
 
 
+@pytest.mark.usefixtures("allocator")  # every allocator's buffers, the same uses
 def test_known_differences_are_introspection_only():
     # The original's result is a view of a throwaway 1-D tensor; ours is its own base. Both
     # hold no reference to any other call's tensors, and gradients flow the same way.
@@ -168,3 +173,110 @@ def test_known_differences_are_introspection_only():
     )
     assert _outcome(Ours, alloc, carve, call, use, "grad_fn after copy") == "CopyBackwards"
     assert _outcome(Ours, alloc, carve, call, use, "copy with grad") == 96.0
+
+
+# ----- through the façade (every allocator) -----
+
+
+@pytest.mark.usefixtures("allocator")
+@pytest.mark.parametrize(
+    "dtype", [torch.bool, U8, I8, torch.float16, BF16, torch.int32, F32, torch.int64,
+              torch.float64, torch.complex128],
+    ids=str,
+)  # fmt: skip
+def test_every_dtype_gets_an_aligned_view_of_the_right_bytes(dtype):
+    ws = manager()
+    first, view = ws.get_simultaneous(((3,), U8), ((7, 3), dtype))
+    assert view.data_ptr() % 256 == 0 and view.data_ptr() - first.data_ptr() == 256
+    assert view.is_contiguous() and view.shape == (7, 3) and view.dtype == dtype
+
+
+@pytest.mark.usefixtures("allocator")
+def test_zero_size_and_zero_dim_views():
+    ws = manager()
+    assert ws.get_simultaneous() == []
+    (empty,) = ws.get_simultaneous(((0,), F32))  # no buffer yet: the original crashed here
+    assert empty.numel() == 0 and empty.device.type == DEVICE.type
+    scalar, nothing, matrix = ws.get_simultaneous(((), F32), ((4, 0), I8), ((2, 2), F32))
+    assert scalar.shape == () and nothing.shape == (4, 0) and matrix.shape == (2, 2)
+    scalar.fill_(3.5)
+    assert ws.get_simultaneous(((), F32))[0].item() == 3.5
+    assert scalar.data_ptr() % 256 == 0 and matrix.data_ptr() - scalar.data_ptr() == 256
+
+
+# ----- a Carver and its helpers -----
+
+CPU = torch.device("cpu")
+
+
+def test_views_of_one_dtype_are_strided_over_one_alias_of_the_buffer():
+    buffer = torch.arange(1024, dtype=torch.int32).view(torch.uint8)[:1024]
+    carver = Carver(buffer, CPU)
+    a, b, c = carver.carve((0, 256, 512), (((4,), F32), ((2, 3), F32), ((8,), U8)))
+    assert a._base is b._base and a._base.dtype == F32  # one alias per dtype
+    assert [v.data_ptr() - buffer.data_ptr() for v in (a, b, c)] == [0, 256, 512]
+    assert (b.shape, b.stride(), c.dtype) == ((2, 3), (3, 1), U8)
+    assert torch.equal(b.view(torch.int32).flatten(), torch.arange(64, 70, dtype=torch.int32))
+    (again,) = carver.carve((256,), (((2, 3), F32),))  # the single-view path
+    assert again._base is a._base and again.data_ptr() == b.data_ptr()
+
+
+def test_a_buffer_no_alias_fits_is_sliced_as_the_original_does():
+    block = torch.zeros(1030, dtype=U8)
+    buffer = block[2:1026]  # a block two bytes into its storage: no float32 alias
+    buffer[2:6] = torch.tensor([0, 0, 128, 63], dtype=U8)  # 1.0 as float32, little-endian
+    carver = Carver(buffer, CPU)
+    (view,) = carver.carve((2,), (((1,), F32),))
+    assert view.data_ptr() == buffer.data_ptr() + 2 and view.tolist() == [1.0]
+    (byte,) = carver.carve((5,), (((1,), U8),))  # uint8 still aliases
+    assert byte.tolist() == [63] and carver._aliases[U8][0] is buffer
+    assert carver._aliases[F32] is None  # asked once, remembered
+
+
+def test_a_slot_without_a_buffer_serves_empty_views_on_its_device():
+    views = Carver(None, CPU).carve((0, 0), (((0,), F32), ((3, 0), torch.int64)))
+    assert [(v.shape, v.dtype, v.device) for v in views] == [
+        ((0,), F32, CPU),
+        ((3, 0), torch.int64, CPU),
+    ]
+
+
+def test_views_carved_in_inference_mode_are_not_inference_tensors():
+    carver = Carver(torch.zeros(512, dtype=U8), CPU)
+    with torch.inference_mode():
+        a, b = carver.carve((0, 256), (((4,), F32), ((4,), F32)))
+        (c,) = carver.carve((0,), (((4,), F32),))
+    assert not (a.is_inference() or b.is_inference() or c.is_inference())
+
+
+@pytest.mark.parametrize(
+    "shape", [(), (5,), (0,), (2, 3), (3, 0), (0, 4), (2, 3, 4), (5, 0, 2), (1, 1, 1, 7)], ids=str
+)
+def test_contiguous_strides_are_torchs(shape):
+    assert contiguous_strides(shape) == torch.empty(shape).stride()
+
+
+@pytest.mark.parametrize("count", [1, 2, 3, 4])
+def test_fresh_views_are_new_leaves_over_the_same_bytes(count):
+    base = torch.zeros(64, dtype=U8)
+    carved = [base[16 * i : 16 * i + 16].view(F32) for i in range(count)]
+    views = fresh(carved)
+    assert [(v.data_ptr(), v.shape, v.dtype) for v in views] == [
+        (c.data_ptr(), c.shape, c.dtype) for c in carved
+    ]
+    assert all(v is not c and v._base is None for v, c in zip(views, carved, strict=True))
+    views[-1].resize_(1)  # its own tensor: nothing reaches the carved view
+    views[0].requires_grad_()  # a leaf of its own
+    assert not carved[0].requires_grad and carved[-1].shape == (4,)
+
+
+@pytest.mark.parametrize("count", [1, 2, 3, 4])
+def test_a_view_maker_makes_fresh_views_each_call(count):
+    base = torch.zeros(64, dtype=U8)
+    dtypes = [F32, torch.int16, U8, torch.int32][:count]
+    carved = [base[16 * i : 16 * i + 16].view(d) for i, d in enumerate(dtypes)]
+    make = view_maker(carved)
+    first, second = make(), make()
+    assert [v.dtype for v in first] == dtypes and len(second) == count
+    assert [v.data_ptr() for v in first] == [c.data_ptr() for c in carved]
+    assert all(a is not b for a, b in zip(first, second, strict=True))

@@ -1,0 +1,104 @@
+"""Slot buffers (``interop/_buffers.py``): one aligned buffer per slot, by index, each with
+its carver; a new buffer never overlaps the other slots' where the allocator may hand out
+memory in use."""
+
+import pytest
+import torch
+from _helpers import manager
+
+from interop import use_workspace_lane, use_workspace_ubatch
+from interop._allocators import allocator_stack
+from interop._buffers import SlotBuffers
+
+F32, U8 = torch.float32, torch.uint8
+CPU = torch.device("cpu")
+
+# ----- through the façade (every allocator) -----
+
+
+@pytest.mark.usefixtures("allocator")
+def test_ubatch_by_lane_slots_are_distinct():
+    ws = manager(num_ubatches=2, num_lanes=2)
+    bases = set()
+    for ubatch in range(2):
+        for lane in range(2):
+            with use_workspace_ubatch(ubatch), use_workspace_lane(lane):
+                (view,) = ws.get_simultaneous(((64,), F32))
+                bases.add(view.data_ptr())
+    assert len(bases) == 4
+
+
+# ----- the room itself -----
+
+
+def _buffers(allocator="torch", count=3):
+    return SlotBuffers(CPU, count, 256, allocator_stack(allocator, CPU))
+
+
+def test_an_allocation_is_aligned_exact_and_not_installed_until_asked():
+    buffers = _buffers()
+    allocation = buffers.allocate(1, 1000, slot=(1, 0))
+    assert allocation.buffer.numel() == 1000 and allocation.buffer.data_ptr() % 256 == 0
+    assert buffers.buffer(1) is None and buffers.carvers[1].buffer is None
+    buffers.install(1, allocation)
+    assert buffers.buffer(1) is allocation.buffer
+    assert buffers.carvers[1].buffer is allocation.buffer
+    assert buffers.buffers() == [None, allocation.buffer, None]
+
+
+def test_buffers_is_a_new_list_each_time():
+    buffers = _buffers()
+    listed = buffers.buffers()
+    listed[0] = torch.empty(1)
+    assert buffers.buffer(0) is None and buffers.buffers() is not buffers.buffers()
+
+
+def test_taking_a_buffer_empties_the_slot_and_its_carver():
+    buffers = _buffers()
+    buffers.install(0, buffers.allocate(0, 512))
+    carver = buffers.carvers[0]
+    taken = buffers.take(0)
+    assert taken is not None and taken.numel() == 512
+    assert buffers.buffer(0) is None and buffers.carvers[0] is not carver
+    assert buffers.carvers[0].buffer is None
+    assert buffers.take(0) is None  # nothing left to take
+
+
+def test_a_jax_buffer_keeps_its_owner_while_installed():
+    buffers = _buffers("jax")
+    allocation = buffers.allocate(0, 512)
+    assert allocation.owner is not None  # the JAX array whose memory the buffer is
+    buffers.install(0, allocation)
+    assert buffers._owners[0] is allocation.owner
+    buffers.take(0)
+    assert buffers._owners[0] is None
+
+
+def test_only_an_allocator_that_may_reuse_memory_is_checked_for_overlap():
+    def pool(nbytes, device):
+        return torch.empty((nbytes,), dtype=U8, device=device)
+
+    for allocator, checked in (("torch", False), (pool, True)):
+        buffers = _buffers(allocator)
+        for index in (0, 2):
+            buffers.install(index, buffers.allocate(index, 256))
+        others = buffers.others(0)
+        if checked:
+            assert len(others) == 1 and others[0] is buffers.buffer(2)
+        else:
+            assert others == []
+
+
+def test_a_new_buffer_must_not_overlap_the_buffers_in_use():
+    import interop
+
+    arena = torch.empty((4096,), dtype=U8)
+
+    def one_arena(nbytes, device):  # every block from the arena's start
+        return arena[:nbytes]
+
+    buffers = _buffers(one_arena)
+    buffers.install(0, buffers.allocate(0, 512))
+    with pytest.raises(interop.AllocationOverlapError):
+        buffers.allocate(1, 512)  # the same bytes as slot 0's buffer
+    assert buffers.buffer(1) is None
