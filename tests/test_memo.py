@@ -176,7 +176,7 @@ def test_last_plans_plan_a_request_served_the_short_way():
     memos = [Memo(0), Memo(1)]
     memos[0].last = (SLOT, (((100,), F32),))  # served by the short way: planned now
     plans = last_plans(state, memos)
-    assert list(plans) == [SLOT] and plans[SLOT] == fws.replay.layout_of(
+    assert list(plans) == [SLOT] and plans[SLOT] == fws.fast_paths.layout_of(
         state, SLOT, (((100,), F32),)
     )
 
@@ -249,17 +249,21 @@ def test_a_retained_entry_replays_with_its_intact_flag():
 # ----- every slot's memos -----
 
 
-def test_retiring_a_slot_replaces_its_memos_where_they_hold_entries():
+def test_retiring_a_slot_replaces_both_its_memos_even_empty():
+    # An empty memo is replaced too: a call that carved from the old buffer may still try
+    # to insert its entry, and must find the memo it holds dead (issue 20 #1).
     memos = Memos(count=4, num_lanes=2)
     acquired = memos.acquired[3]
     acquired.remember("k", 1)
     acquired.last, acquired.seen = "plan", {7}
-    untouched = memos.retained[3]  # empty: kept as it is
+    empty = memos.retained[3]
     memos.retire(3)
     fresh = memos.acquired[3]
     assert acquired.dead and acquired.entries() == 0
     assert fresh is not acquired and not fresh.dead and fresh.index == 3
     assert memos.acquired_at[1][1] is fresh  # the [ubatch][lane] table follows
     assert fresh.last == "plan" and fresh.seen == {7} and fresh.entries() == 0
-    assert memos.retained[3] is untouched and not untouched.dead
+    assert empty.dead and memos.retained[3] is not empty and memos.retained_at[1][1] is not empty
+    empty.remember("late", 1)
+    assert empty.entries() == 0 and memos.retained[3].entries() == 0
     assert memos.acquired[2] is memos.acquired_at[1][0] and not memos.acquired[2].dead
