@@ -5,7 +5,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from interop.testing._aims import ALIGNMENT, other_sizes, padded_request, round_up
-from interop.testing._machine import SCRATCH_DTYPES
+from interop.testing._machine_base import SCRATCH_DTYPES
 
 
 @st.composite

@@ -31,7 +31,7 @@ from interop import WorkspaceManager, use_workspace_lane, use_workspace_ubatch
 from interop._memo import Memos
 from interop.testing import MachineConfig, WorkspaceAPIMachine
 from interop.testing._config import format_spec
-from interop.testing._machine import SCRATCH_DTYPES
+from interop.testing._machine_base import SCRATCH_DTYPES
 
 CORE_RESERVE = fws.reserve  # bound now: a planted bug below replaces the façade's
 _slot = st.runner().flatmap(lambda machine: machine.slot_choices)
