@@ -18,6 +18,7 @@ from functional_ws import WorkspaceError as WorkspaceError
 from functional_ws import WorkspaceLockedError as WorkspaceLockedError
 
 from . import _module_api
+from . import errors as errors  # every exception class, as interop.errors.X
 from ._context import current_slot as current_slot
 from ._context import dbo_current_ubatch_id as dbo_current_ubatch_id
 from ._context import set_ubatch_provider as set_ubatch_provider

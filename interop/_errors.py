@@ -13,7 +13,8 @@ API raises for the same failure, so existing ``except`` clauses keep working:
 - the module-level API and persistent tensors.
 
 ``reason`` is a short machine-readable class attribute. Every class here is re-exported by
-:mod:`interop` and prints under that public path (``interop.LazyViewError``).
+:mod:`interop.errors` and prints under that public path (``interop.errors.LazyViewError``);
+:mod:`interop` keeps the few that callers catch most.
 """
 
 from __future__ import annotations
@@ -286,6 +287,6 @@ PUBLIC_ERRORS: tuple[type[Exception], ...] = (
     NotInitializedError, PersistentMismatchError,
 )  # fmt: skip
 
-for _error in PUBLIC_ERRORS:  # tracebacks print the public path, interop.LazyViewError
-    _error.__module__ = "interop"
+for _error in PUBLIC_ERRORS:  # tracebacks print the public path, interop.errors.LazyViewError
+    _error.__module__ = "interop.errors"
 del _error

@@ -131,7 +131,7 @@ def jax_call(fn: Callable[..., Any]) -> Callable[..., Any]:
         >>> interop.jax_call(3)
         Traceback (most recent call last):
         ...
-        interop.FunctionNotCallableError: jax_call: fn must be a callable JAX function, got 3 (int)
+        interop.errors.FunctionNotCallableError: jax_call: fn must be a callable JAX function, ...
     """
     if not callable(fn):
         raise FunctionNotCallableError(

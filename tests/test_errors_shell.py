@@ -12,69 +12,69 @@ from functional_ws import WorkspaceError
 from interop import _errors
 
 ERRORS = _errors.PUBLIC_ERRORS
-WARNINGS = (interop.JaxPreallocationWarning,)
+WARNINGS = (interop.errors.JaxPreallocationWarning,)
 
 # Every refusal of a handoff, in both directions, and the builtin it also is (besides
 # BufferError): torch's ``__dlpack__`` raises BufferError for what it cannot export, and
 # ``except BufferError`` is how callers fall back to a copy.
 REFUSALS = {
-    interop.ZeroCopyError: ValueError,
-    interop.UnsupportedLayoutError: ValueError,
-    interop.MisalignedViewError: ValueError,
-    interop.DeviceNotVisibleError: ValueError,
-    interop.LazyViewError: ValueError,
-    interop.ConjugateBitError: ValueError,
-    interop.NegativeBitError: ValueError,
-    interop.ShardedArrayError: ValueError,
-    interop.GradientTrackedError: ValueError,
-    interop.X64DisabledError: TypeError,
-    interop.UnsupportedDtypeError: TypeError,
-    interop.StreamTypeError: TypeError,
-    interop.StreamDeviceError: ValueError,
-    interop.DeletedArrayError: RuntimeError,
+    interop.errors.ZeroCopyError: ValueError,
+    interop.errors.UnsupportedLayoutError: ValueError,
+    interop.errors.MisalignedViewError: ValueError,
+    interop.errors.DeviceNotVisibleError: ValueError,
+    interop.errors.LazyViewError: ValueError,
+    interop.errors.ConjugateBitError: ValueError,
+    interop.errors.NegativeBitError: ValueError,
+    interop.errors.ShardedArrayError: ValueError,
+    interop.errors.GradientTrackedError: ValueError,
+    interop.errors.X64DisabledError: TypeError,
+    interop.errors.UnsupportedDtypeError: TypeError,
+    interop.errors.StreamTypeError: TypeError,
+    interop.errors.StreamDeviceError: ValueError,
+    interop.errors.DeletedArrayError: RuntimeError,
 }
 # The HandoffError classes that refuse no handoff (JAX's memory settings, what jax_call is
 # given or returns).
 NOT_REFUSALS = {
     interop.HandoffError: None,
-    interop.FunctionNotCallableError: TypeError,
-    interop.UnsupportedPytreeError: TypeError,
-    interop.JaxSettingError: ValueError,
-    interop.JaxAlreadyStartedError: RuntimeError,
+    interop.errors.FunctionNotCallableError: TypeError,
+    interop.errors.UnsupportedPytreeError: TypeError,
+    interop.errors.JaxSettingError: ValueError,
+    interop.errors.JaxAlreadyStartedError: RuntimeError,
 }
 # The builtin each other error also is: what the original (or torch) raises there.
 OTHER_BASES = {
-    interop.AllocatorError: None,
-    interop.UnknownAllocatorError: ValueError,
-    interop.AllocatorNotCallableError: TypeError,
-    interop.AllocationTypeError: TypeError,
-    interop.AllocationNotTensorError: TypeError,
-    interop.AllocationDtypeError: TypeError,
-    interop.AllocationValueError: ValueError,
-    interop.AllocationShapeError: ValueError,
-    interop.AllocationSizeError: ValueError,
-    interop.AllocationDeviceError: ValueError,
-    interop.AllocationLayoutError: ValueError,
-    interop.AllocationNegativeBitError: ValueError,
-    interop.AllocationOverlapError: ValueError,
-    interop.UnknownDeviceError: RuntimeError,
-    interop.DeviceUnavailableError: RuntimeError,
-    interop.GrowthDuringCaptureError: RuntimeError,
-    interop.NotInitializedError: AssertionError,
-    interop.PersistentMismatchError: ValueError,
+    interop.errors.AllocatorError: None,
+    interop.errors.UnknownAllocatorError: ValueError,
+    interop.errors.AllocatorNotCallableError: TypeError,
+    interop.errors.AllocationTypeError: TypeError,
+    interop.errors.AllocationNotTensorError: TypeError,
+    interop.errors.AllocationDtypeError: TypeError,
+    interop.errors.AllocationValueError: ValueError,
+    interop.errors.AllocationShapeError: ValueError,
+    interop.errors.AllocationSizeError: ValueError,
+    interop.errors.AllocationDeviceError: ValueError,
+    interop.errors.AllocationLayoutError: ValueError,
+    interop.errors.AllocationNegativeBitError: ValueError,
+    interop.errors.AllocationOverlapError: ValueError,
+    interop.errors.UnknownDeviceError: RuntimeError,
+    interop.errors.DeviceUnavailableError: RuntimeError,
+    interop.errors.GrowthDuringCaptureError: RuntimeError,
+    interop.errors.NotInitializedError: AssertionError,
+    interop.errors.PersistentMismatchError: ValueError,
 }
 # Precise classes under the public ones callers already catch.
 PARENTS = {
-    interop.ConjugateBitError: interop.LazyViewError,
-    interop.NegativeBitError: interop.LazyViewError,
-    interop.AllocationNotTensorError: interop.AllocationTypeError,
-    interop.AllocationDtypeError: interop.AllocationTypeError,
-    interop.AllocationShapeError: interop.AllocationValueError,
-    interop.AllocationSizeError: interop.AllocationValueError,
-    interop.AllocationDeviceError: interop.AllocationValueError,
-    interop.AllocationLayoutError: interop.AllocationValueError,
-    interop.AllocationNegativeBitError: interop.AllocationValueError,
-    interop.AllocationOverlapError: interop.AllocationValueError,
+    interop.errors.ConjugateBitError: interop.errors.LazyViewError,
+    interop.errors.NegativeBitError: interop.errors.LazyViewError,
+    interop.errors.AllocationNotTensorError: interop.errors.AllocationTypeError,
+    interop.errors.AllocationDtypeError: interop.errors.AllocationTypeError,
+    interop.errors.AllocationShapeError: interop.errors.AllocationValueError,
+    interop.errors.AllocationSizeError: interop.errors.AllocationValueError,
+    interop.errors.AllocationDeviceError: interop.errors.AllocationValueError,
+    interop.errors.AllocationLayoutError: interop.errors.AllocationValueError,
+    interop.errors.AllocationNegativeBitError: interop.errors.AllocationValueError,
+    interop.errors.AllocationOverlapError: interop.errors.AllocationValueError,
 }
 
 
@@ -95,15 +95,15 @@ def _id(value: object) -> str:
 
 @pytest.mark.parametrize("cls", ERRORS, ids=_name)
 def test_each_error_is_exported_under_its_public_path(cls):
-    assert getattr(interop, cls.__name__) is cls
-    assert cls.__name__ in interop.__all__
-    assert cls.__module__ == "interop"
+    assert getattr(interop.errors, cls.__name__) is cls
+    assert cls.__name__ in interop.errors.__all__
+    assert cls.__module__ == "interop.errors"
 
 
 def test_every_shell_error_is_in_the_errors_module():
-    """A WorkspaceError or warning that interop exports is defined in interop._errors,
+    """A WorkspaceError or warning that interop.errors exports is defined in interop._errors,
     unless the core defines it (and the core raises it)."""
-    exported = {getattr(interop, name) for name in interop.__all__}
+    exported = {getattr(interop.errors, name) for name in interop.errors.__all__}
     shell = {
         value
         for value in exported
@@ -120,7 +120,7 @@ def test_tracebacks_print_the_public_path(cls):
         raise cls("what went wrong")
     except cls as err:
         last = traceback.format_exception(err)[-1]
-    assert last == f"interop.{cls.__name__}: what went wrong\n"
+    assert last == f"interop.errors.{cls.__name__}: what went wrong\n"
 
 
 @pytest.mark.parametrize("cls", [c for c in ERRORS if c not in WARNINGS], ids=_name)
@@ -132,7 +132,7 @@ def test_reason_is_a_class_attribute_and_the_message_the_only_argument(cls):
 
 
 @pytest.mark.parametrize(
-    "family", [interop.HandoffError, interop.AllocatorError], ids=["handoff", "allocator"]
+    "family", [interop.HandoffError, interop.errors.AllocatorError], ids=["handoff", "allocator"]
 )
 def test_each_failure_kind_has_its_own_reason(family):
     """Leaves of a family (the classes actually raised) have distinct reasons."""

@@ -33,13 +33,14 @@ def _array() -> jax.Array:
 
 # id, stream, error, builtin, fragment of the message
 BAD_STREAMS = [
-    ("object", object(), interop.StreamTypeError, TypeError, "got <object object"),
-    ("string", "0", interop.StreamTypeError, TypeError, "got '0' (str)"),
-    ("float", 1.5, interop.StreamTypeError, TypeError, "got 1.5 (float)"),
-    ("bool", True, interop.StreamTypeError, TypeError, "got True (bool)"),
-    ("negative-int", -1, interop.StreamTypeError, TypeError, "non-negative int"),
-    ("zero-on-cpu", 0, interop.StreamDeviceError, ValueError, "stream should be None on cpu"),
-    ("handle-on-cpu", 7, interop.StreamDeviceError, ValueError, "stream=7"),
+    ("object", object(), interop.errors.StreamTypeError, TypeError, "got <object object"),
+    ("string", "0", interop.errors.StreamTypeError, TypeError, "got '0' (str)"),
+    ("float", 1.5, interop.errors.StreamTypeError, TypeError, "got 1.5 (float)"),
+    ("bool", True, interop.errors.StreamTypeError, TypeError, "got True (bool)"),
+    ("negative-int", -1, interop.errors.StreamTypeError, TypeError, "non-negative int"),
+    ("zero-on-cpu", 0, interop.errors.StreamDeviceError, ValueError,
+     "stream should be None on cpu"),
+    ("handle-on-cpu", 7, interop.errors.StreamDeviceError, ValueError, "stream=7"),
 ]  # fmt: skip
 DIRECTIONS = {
     "to_jax": lambda stream: interop.to_jax(_view(), stream=stream),
@@ -74,9 +75,9 @@ def test_no_stream_is_fine_on_cpu(direction):
 def test_streams_on_cuda_are_checked_too():
     view = torch.zeros(64, device="cuda")
     array = jnp.ones(8, device=jax.devices("gpu")[0])
-    with pytest.raises(interop.StreamTypeError):
+    with pytest.raises(interop.errors.StreamTypeError):
         interop.to_jax(view, stream=object())
-    with pytest.raises(interop.StreamTypeError):
+    with pytest.raises(interop.errors.StreamTypeError):
         interop.to_torch(array, stream="0")
     side = torch.cuda.Stream()
     assert interop.to_jax(view, stream=side).unsafe_buffer_pointer() == view.data_ptr()
@@ -102,7 +103,7 @@ NOT_IN_TORCH = [
 def test_to_torch_refuses_dtypes_torch_lacks_up_front(private, name, monkeypatch):
     array = jnp.zeros((4,), getattr(jnp, name))
     monkeypatch.setattr(_dlpack, "export_array", _never_called)  # refused before export
-    with handoff_path(private), pytest.raises(interop.UnsupportedDtypeError) as info:
+    with handoff_path(private), pytest.raises(interop.errors.UnsupportedDtypeError) as info:
         interop.to_torch(array)
     assert isinstance(info.value, TypeError) and isinstance(info.value, BufferError)
     assert f"dtype {name} " in str(info.value) and "to_torch" in str(info.value)
@@ -138,7 +139,7 @@ def test_every_jax_dtype_is_handed_over_or_refused_by_name(dtype):
         assert tensor.data_ptr() == array.unsafe_buffer_pointer()
         assert str(tensor.dtype) == f"torch.{array.dtype.name}"
     else:
-        with pytest.raises(interop.UnsupportedDtypeError) as info:
+        with pytest.raises(interop.errors.UnsupportedDtypeError) as info:
             interop.to_torch(array)
         assert f"dtype {array.dtype.name} " in str(info.value), str(info.value)
 
@@ -158,30 +159,30 @@ def _assert_clean(err: BaseException) -> None:
 # id, the failing call, error, a fragment the message must keep (JAX's words where they
 # are information)
 ERRORS = [
-    ("layout", lambda: interop.to_jax(_view()[::2]), interop.UnsupportedLayoutError,
+    ("layout", lambda: interop.to_jax(_view()[::2]), interop.errors.UnsupportedLayoutError,
      "JAX said:"),
-    ("misaligned", lambda: interop.to_jax(_view()[1:]), interop.MisalignedViewError,
+    ("misaligned", lambda: interop.to_jax(_view()[1:]), interop.errors.MisalignedViewError,
      "JAX said:"),
     ("device", lambda: interop.to_jax(torch.empty(4, device="meta")),
-     interop.DeviceNotVisibleError, "meta"),
-    ("x64", lambda: interop.to_jax(torch.arange(4)), interop.X64DisabledError, "int64"),
+     interop.errors.DeviceNotVisibleError, "meta"),
+    ("x64", lambda: interop.to_jax(torch.arange(4)), interop.errors.X64DisabledError, "int64"),
     ("dtype-to-jax", lambda: interop.to_jax(torch.ones(4, dtype=torch.complex32)),
-     interop.UnsupportedDtypeError, "complex32"),
+     interop.errors.UnsupportedDtypeError, "complex32"),
     ("dtype-to-torch", lambda: interop.to_torch(jnp.zeros(4, jnp.int4)),
-     interop.UnsupportedDtypeError, "int4"),
+     interop.errors.UnsupportedDtypeError, "int4"),
     ("stream-type", lambda: interop.to_jax(_view(), stream=object()),
-     interop.StreamTypeError, "stream"),
+     interop.errors.StreamTypeError, "stream"),
     ("stream-on-cpu", lambda: interop.to_torch(_array(), stream=0),
-     interop.StreamDeviceError, "stream should be None on cpu"),
+     interop.errors.StreamDeviceError, "stream should be None on cpu"),
     ("conjugate", lambda: interop.to_jax(torch.ones(2, dtype=torch.complex64).conj()),
-     interop.ConjugateBitError, "conjugate bit"),
-    ("negative", lambda: interop.to_jax(torch.ones(2)._neg_view()), interop.NegativeBitError,
+     interop.errors.ConjugateBitError, "conjugate bit"),
+    ("negative", lambda: interop.to_jax(torch.ones(2)._neg_view()), interop.errors.NegativeBitError,
      "negative bit"),
     ("grad", lambda: interop.to_jax(torch.ones(2, requires_grad=True)),
-     interop.GradientTrackedError, "requires grad"),
+     interop.errors.GradientTrackedError, "requires grad"),
     ("tracer", lambda: jax.jit(interop.to_torch)(jnp.ones(3)), TypeError, "tracer"),
     ("jax-call-input", lambda: interop.jax_call(lambda x: x)(_view()[::2]),
-     interop.UnsupportedLayoutError, "JAX said:"),
+     interop.errors.UnsupportedLayoutError, "JAX said:"),
 ]  # fmt: skip
 
 
@@ -197,12 +198,12 @@ def test_the_traceback_starts_with_our_error(private, call, error, fragment):
     _assert_clean(info.value)
     if error is not TypeError:
         last = traceback.format_exception(info.value)[-1]
-        assert last.startswith(f"interop.{error.__name__}: "), last
+        assert last.startswith(f"interop.errors.{error.__name__}: "), last
 
 
 def test_a_deleted_array_is_refused_cleanly():
     array = _array()
     array.delete()
-    with pytest.raises(interop.DeletedArrayError) as info:
+    with pytest.raises(interop.errors.DeletedArrayError) as info:
         interop.to_torch(array)
     _assert_clean(info.value)

@@ -1,0 +1,119 @@
+"""Every exception class :mod:`interop` raises or re-exports, in one namespace (as
+``jax.errors``).
+
+Each class subclasses :class:`functional_ws.WorkspaceError` and the builtin the peer API
+raises for the same failure, so existing ``except`` clauses keep working: every handoff
+refusal (``to_jax``, ``to_torch``, ``jax_call``) is a ``BufferError``, a locked refusal an
+``AssertionError``, a bad request a ``ValueError``. The core's errors are the very classes
+:mod:`functional_ws` exports. The top level :mod:`interop` keeps the few that callers catch
+most: :class:`WorkspaceError` (everything), :class:`WorkspaceLockedError`,
+:class:`CapacityLimitError`, :class:`InvalidSpecError` and :class:`HandoffError`.
+
+Example:
+    >>> import interop.errors
+    >>> issubclass(interop.errors.UnsupportedLayoutError, BufferError)
+    True
+    >>> interop.errors.WorkspaceLockedError is interop.WorkspaceLockedError
+    True
+"""
+
+from functional_ws import CapacityLimitError as CapacityLimitError
+from functional_ws import InvalidConfigError as InvalidConfigError
+from functional_ws import InvalidPlanError as InvalidPlanError
+from functional_ws import InvalidSlotError as InvalidSlotError
+from functional_ws import InvalidSpecError as InvalidSpecError
+from functional_ws import LaneNotConfiguredError as LaneNotConfiguredError
+from functional_ws import PersistentKeyLockedError as PersistentKeyLockedError
+from functional_ws import UbatchNotConfiguredError as UbatchNotConfiguredError
+from functional_ws import WorkspaceError as WorkspaceError
+from functional_ws import WorkspaceLockedError as WorkspaceLockedError
+
+from ._errors import AllocationDeviceError as AllocationDeviceError
+from ._errors import AllocationDtypeError as AllocationDtypeError
+from ._errors import AllocationLayoutError as AllocationLayoutError
+from ._errors import AllocationNegativeBitError as AllocationNegativeBitError
+from ._errors import AllocationNotTensorError as AllocationNotTensorError
+from ._errors import AllocationOverlapError as AllocationOverlapError
+from ._errors import AllocationShapeError as AllocationShapeError
+from ._errors import AllocationSizeError as AllocationSizeError
+from ._errors import AllocationTypeError as AllocationTypeError
+from ._errors import AllocationValueError as AllocationValueError
+from ._errors import AllocatorError as AllocatorError
+from ._errors import AllocatorNotCallableError as AllocatorNotCallableError
+from ._errors import ConjugateBitError as ConjugateBitError
+from ._errors import DeletedArrayError as DeletedArrayError
+from ._errors import DeviceNotVisibleError as DeviceNotVisibleError
+from ._errors import DeviceUnavailableError as DeviceUnavailableError
+from ._errors import FunctionNotCallableError as FunctionNotCallableError
+from ._errors import GradientTrackedError as GradientTrackedError
+from ._errors import GrowthDuringCaptureError as GrowthDuringCaptureError
+from ._errors import HandoffError as HandoffError
+from ._errors import JaxAlreadyStartedError as JaxAlreadyStartedError
+from ._errors import JaxPreallocationWarning as JaxPreallocationWarning
+from ._errors import JaxSettingError as JaxSettingError
+from ._errors import LazyViewError as LazyViewError
+from ._errors import MisalignedViewError as MisalignedViewError
+from ._errors import NegativeBitError as NegativeBitError
+from ._errors import NotInitializedError as NotInitializedError
+from ._errors import PersistentMismatchError as PersistentMismatchError
+from ._errors import ShardedArrayError as ShardedArrayError
+from ._errors import StreamDeviceError as StreamDeviceError
+from ._errors import StreamTypeError as StreamTypeError
+from ._errors import UnknownAllocatorError as UnknownAllocatorError
+from ._errors import UnknownDeviceError as UnknownDeviceError
+from ._errors import UnsupportedDtypeError as UnsupportedDtypeError
+from ._errors import UnsupportedLayoutError as UnsupportedLayoutError
+from ._errors import UnsupportedPytreeError as UnsupportedPytreeError
+from ._errors import X64DisabledError as X64DisabledError
+from ._errors import ZeroCopyError as ZeroCopyError
+
+__all__ = [
+    "AllocationDeviceError",
+    "AllocationDtypeError",
+    "AllocationLayoutError",
+    "AllocationNegativeBitError",
+    "AllocationNotTensorError",
+    "AllocationOverlapError",
+    "AllocationShapeError",
+    "AllocationSizeError",
+    "AllocationTypeError",
+    "AllocationValueError",
+    "AllocatorError",
+    "AllocatorNotCallableError",
+    "CapacityLimitError",
+    "ConjugateBitError",
+    "DeletedArrayError",
+    "DeviceNotVisibleError",
+    "DeviceUnavailableError",
+    "FunctionNotCallableError",
+    "GradientTrackedError",
+    "GrowthDuringCaptureError",
+    "HandoffError",
+    "InvalidConfigError",
+    "InvalidPlanError",
+    "InvalidSlotError",
+    "InvalidSpecError",
+    "JaxAlreadyStartedError",
+    "JaxPreallocationWarning",
+    "JaxSettingError",
+    "LaneNotConfiguredError",
+    "LazyViewError",
+    "MisalignedViewError",
+    "NegativeBitError",
+    "NotInitializedError",
+    "PersistentKeyLockedError",
+    "PersistentMismatchError",
+    "ShardedArrayError",
+    "StreamDeviceError",
+    "StreamTypeError",
+    "UbatchNotConfiguredError",
+    "UnknownAllocatorError",
+    "UnknownDeviceError",
+    "UnsupportedDtypeError",
+    "UnsupportedLayoutError",
+    "UnsupportedPytreeError",
+    "WorkspaceError",
+    "WorkspaceLockedError",
+    "X64DisabledError",
+    "ZeroCopyError",
+]
