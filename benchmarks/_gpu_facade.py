@@ -16,7 +16,8 @@ from pathlib import Path
 import torch
 from _gpu_common import Row, verdict
 
-from interop import GrowthDuringCaptureError, WorkspaceManager
+from interop import WorkspaceManager
+from interop.errors import GrowthDuringCaptureError
 
 ROOT = Path(__file__).resolve().parents[1]
 CUDA = torch.device("cuda")

@@ -149,7 +149,7 @@ free_after = torch.cuda.mem_get_info()[0]
 try:
     interop.configure_jax_for_sharing(mem_fraction=0.5)
     late = "accepted"
-except interop.JaxAlreadyStartedError:
+except interop.errors.JaxAlreadyStartedError:
     late = "refused"
 print(warned, len(caught), round(free_before / 2**30, 1), round(free_after / 2**30, 1), late)
 """

@@ -50,10 +50,10 @@ DISJOINT = [
     ids=[case[0] for case in OVERLAPPING],
 )
 def test_memory_another_slot_uses_is_refused(result, nbytes, in_use):
-    with pytest.raises(interop.AllocationOverlapError) as info:
+    with pytest.raises(interop.errors.AllocationOverlapError) as info:
         _check(result, nbytes, in_use)
     err = info.value
-    assert isinstance(err, interop.AllocationValueError) and isinstance(err, ValueError)
+    assert isinstance(err, interop.errors.AllocationValueError) and isinstance(err, ValueError)
     assert err.reason == "overlap"
     assert "overlap" in str(err) and f"{result.data_ptr():#x}" in str(err)
     assert "allocator '<lambda>'" in str(err)
@@ -71,9 +71,9 @@ def test_disjoint_memory_is_accepted(result, nbytes, in_use):
 def test_a_buffer_with_the_negative_bit_is_refused():
     negated = _arena(1024)._neg_view()
     assert negated.is_neg() and negated.dtype == U8
-    with pytest.raises(interop.AllocationNegativeBitError) as info:
+    with pytest.raises(interop.errors.AllocationNegativeBitError) as info:
         _check(negated, 1024)
-    assert isinstance(info.value, interop.AllocationValueError)
+    assert isinstance(info.value, interop.errors.AllocationValueError)
     assert info.value.reason == "negative" and "negative bit" in str(info.value)
 
 
@@ -94,7 +94,7 @@ def test_a_negated_buffer_is_refused_at_growth_and_changes_nothing():
     (view,) = ws.get_simultaneous(((1000,), U8))
     view.fill_(9)
     before = slots_snapshot(ws, ubatches=1)
-    with pytest.raises(interop.AllocationNegativeBitError):
+    with pytest.raises(interop.errors.AllocationNegativeBitError):
         ws.get_simultaneous(((5000,), U8))
     after = slots_snapshot(ws, ubatches=1)
     assert after[0] is before[0] and after[1][0][0] == before[1][0][0]
@@ -123,7 +123,7 @@ def test_one_arena_handed_to_two_slots_is_refused_and_changes_nothing(growth):
             (first,) = ws.get_simultaneous(((1000,), U8))
             first.fill_(1)
         before = slots_snapshot(ws)
-        with use_workspace_ubatch(1), pytest.raises(interop.AllocationOverlapError):
+        with use_workspace_ubatch(1), pytest.raises(interop.errors.AllocationOverlapError):
             ws.get_simultaneous(((1000,), U8))  # slot 1 (or both slots) from the same arena
         after = slots_snapshot(ws)
     assert after[0] is before[0]

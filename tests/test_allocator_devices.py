@@ -77,13 +77,14 @@ def test_cuda_without_an_index_is_the_current_device(monkeypatch):
 
 # id, device, error, builtin, fragments of the message, the fake torch.cuda (None: the real)
 BAD_DEVICES = [
-    ("cuda-unavailable", "cuda", interop.DeviceUnavailableError, RuntimeError,
+    ("cuda-unavailable", "cuda", interop.errors.DeviceUnavailableError, RuntimeError,
      ["device='cuda'", "cannot be used"], FakeCuda(count=0, current=0)),
-    ("index-past-the-count", "cuda:3", interop.DeviceUnavailableError, RuntimeError,
+    ("index-past-the-count", "cuda:3", interop.errors.DeviceUnavailableError, RuntimeError,
      ["device='cuda:3'", "sees 2 cuda devices", "0 to 1"], FakeCuda(count=2, current=0)),
-    ("unknown-type", "tpu:0", interop.UnknownDeviceError, RuntimeError,
+    ("unknown-type", "tpu:0", interop.errors.UnknownDeviceError, RuntimeError,
      ["device='tpu:0'", "not a device torch knows"], None),
-    ("garbage", "cuda:x", interop.UnknownDeviceError, RuntimeError, ["device='cuda:x'"], None),
+    ("garbage", "cuda:x", interop.errors.UnknownDeviceError, RuntimeError, ["device='cuda:x'"],
+     None),
     ("not-a-device", 3.5, TypeError, TypeError, ["device must be", "3.5 (float)"], None),
     ("negative-index", -1, TypeError, TypeError, ["-1 (int)"], None),
 ]  # fmt: skip
@@ -108,7 +109,7 @@ def test_unusable_devices_are_refused_by_name(device, error, builtin, fragments,
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this torch sees a CUDA device")
 def test_cuda_on_a_torch_without_it_says_why():
-    with pytest.raises(interop.DeviceUnavailableError) as info:
+    with pytest.raises(interop.errors.DeviceUnavailableError) as info:
         normalize_device("cuda")
     text = str(info.value)
     assert "device='cuda'" in text

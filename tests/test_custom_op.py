@@ -62,14 +62,14 @@ def test_results_never_alias_the_inputs_or_each_other():
 
 def test_the_fake_implementation_refuses_float64_with_x64_off():
     key = _custom_op.add_entry(jnp.sin, ("tuple", ("T",)), jitted=False)
-    with pytest.raises(interop.X64DisabledError):
+    with pytest.raises(interop.errors.X64DisabledError):
         _custom_op.jax_call_op(key, [torch.empty(2, dtype=torch.float64, device="meta")], [])
 
 
 def test_a_result_the_graph_cannot_rebuild_is_refused_clearly():
     key = _custom_op.add_entry(lambda x: jax.tree_util.Partial(jnp.add, x), ("tuple", ("T",)),
                                jitted=False)  # fmt: skip
-    with pytest.raises(interop.UnsupportedPytreeError, match="tuples, lists or dicts"):
+    with pytest.raises(interop.errors.UnsupportedPytreeError, match="tuples, lists or dicts"):
         _custom_op.jax_call_op(key, [torch.empty(2, device="meta")], [])
 
 

@@ -117,7 +117,7 @@ SCENARIOS = {
             with _dlpack.forced_path(private):
                 try:
                     interop.to_torch(array)
-                except interop.DeletedArrayError as err:
+                except interop.errors.DeletedArrayError as err:
                     assert isinstance(err, RuntimeError) and isinstance(err, BufferError)
                     assert "deleted" in str(err) and "float32" in str(err)
                 else:

@@ -75,14 +75,16 @@ def test_wraps_keeps_the_name_and_refuses_bad_inputs():
 
     wrapped = interop.jax_call(double)
     assert wrapped.__name__ == "double" and wrapped.__doc__ == "Doubles."
-    with pytest.raises(interop.UnsupportedLayoutError):
+    with pytest.raises(interop.errors.UnsupportedLayoutError):
         wrapped(torch.zeros(8)[::2])
     assert np.array_equal(wrapped(torch.ones(2, dtype=torch.int8)).numpy(), [2, 2])
 
 
 @pytest.mark.parametrize("fn", [3, "jnp.sin", None, [jnp.sin]], ids=["int", "str", "none", "list"])
 def test_a_non_callable_is_refused_at_wrap_time(fn):
-    with pytest.raises(interop.FunctionNotCallableError, match=r"fn must be a callable") as caught:
+    with pytest.raises(
+        interop.errors.FunctionNotCallableError, match=r"fn must be a callable"
+    ) as caught:
         interop.jax_call(fn)
     assert isinstance(caught.value, TypeError) and repr(fn) in str(caught.value)
 

@@ -58,7 +58,9 @@ def fresh_warning(monkeypatch):
 
 
 def test_warns_once_per_process_with_the_fix(fresh_warning):
-    with pytest.warns(interop.JaxPreallocationWarning, match=r"configure_jax_for_sharing.*=false"):
+    with pytest.warns(
+        interop.errors.JaxPreallocationWarning, match=r"configure_jax_for_sharing.*=false"
+    ):
         assert warn_if_jax_preallocates("cuda:0") is True
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -69,7 +71,7 @@ def test_warning_points_at_the_callers_caller(fresh_warning):
     def constructor():
         warn_if_jax_preallocates("cuda", stacklevel=3)
 
-    with pytest.warns(interop.JaxPreallocationWarning) as record:
+    with pytest.warns(interop.errors.JaxPreallocationWarning) as record:
         constructor()  # the user's line
     assert record[0].filename == __file__
     assert "the user's line" in linecache.getline(__file__, record[0].lineno)
@@ -94,7 +96,7 @@ BAD_SETTINGS = [
 @pytest.mark.parametrize("kwargs", [b[1] for b in BAD_SETTINGS], ids=[b[0] for b in BAD_SETTINGS])
 def test_bad_settings_are_refused_and_change_nothing(kwargs, monkeypatch):
     monkeypatch.delenv(PREALLOCATE, raising=False)
-    with pytest.raises(interop.JaxSettingError) as info:
+    with pytest.raises(interop.errors.JaxSettingError) as info:
         interop.configure_jax_for_sharing(**kwargs)
     assert isinstance(info.value, ValueError)
     assert PREALLOCATE not in _jax_config.os.environ
@@ -103,7 +105,7 @@ def test_bad_settings_are_refused_and_change_nothing(kwargs, monkeypatch):
 def test_too_late_in_this_process_is_a_clear_error(monkeypatch):
     jax.devices()  # JAX's backend is running
     monkeypatch.setenv(PREALLOCATE, "true")
-    with pytest.raises(interop.JaxAlreadyStartedError, match="already started") as info:
+    with pytest.raises(interop.errors.JaxAlreadyStartedError, match="already started") as info:
         interop.configure_jax_for_sharing()
     assert isinstance(info.value, RuntimeError)
     assert _jax_config.os.environ[PREALLOCATE] == "true"
@@ -121,7 +123,7 @@ def test_configure_before_jax_starts_then_too_late():
         print(interop.configure_jax_for_sharing(mem_fraction=0.25))  # same settings: harmless
         try:
             interop.configure_jax_for_sharing(preallocate=True, mem_fraction=0.5)
-        except interop.JaxAlreadyStartedError as err:
+        except interop.errors.JaxAlreadyStartedError as err:
             print("refused:", "before the first JAX operation" in str(err))
         """
     )

@@ -296,5 +296,5 @@ def test_a_broadcast_cotangent_crosses_over_compact(handoffs):
 
 def test_x64_off_refuses_float64_inputs():
     x = torch.ones(2, dtype=torch.float64, requires_grad=True)
-    with pytest.raises(interop.X64DisabledError):
+    with pytest.raises(interop.errors.X64DisabledError):
         interop.jax_call(jnp.sin)(x)

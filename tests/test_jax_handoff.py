@@ -95,16 +95,16 @@ def _aligned(n: int = 64) -> torch.Tensor:
 
 
 Layout, Aligned, Device = (
-    interop.UnsupportedLayoutError,
-    interop.MisalignedViewError,
-    interop.DeviceNotVisibleError,
+    interop.errors.UnsupportedLayoutError,
+    interop.errors.MisalignedViewError,
+    interop.errors.DeviceNotVisibleError,
 )
 Conj, Neg, Grad, Dtype, X64 = (
-    interop.ConjugateBitError,
-    interop.NegativeBitError,
-    interop.GradientTrackedError,
-    interop.UnsupportedDtypeError,
-    interop.X64DisabledError,
+    interop.errors.ConjugateBitError,
+    interop.errors.NegativeBitError,
+    interop.errors.GradientTrackedError,
+    interop.errors.UnsupportedDtypeError,
+    interop.errors.X64DisabledError,
 )
 # id, what is handed over, error, builtin base, fragment of the message
 REFUSED = [
@@ -144,15 +144,15 @@ def test_refused_instead_of_copied(private, make, error, builtin, fragment):
 
 
 def test_conjugate_and_negative_bits_are_told_apart():
-    with pytest.raises(interop.ConjugateBitError) as conj:
+    with pytest.raises(interop.errors.ConjugateBitError) as conj:
         interop.to_jax(torch.ones(4, dtype=torch.complex64).conj())
-    with pytest.raises(interop.NegativeBitError) as neg:
+    with pytest.raises(interop.errors.NegativeBitError) as neg:
         interop.to_jax(torch.ones(4)._neg_view())
     assert "conjugate bit" in str(conj.value) and "negative bit" not in str(conj.value)
     assert "negative bit" in str(neg.value) and "conjugate bit" not in str(neg.value)
     assert (conj.value.reason, neg.value.reason) == ("conjugate", "negative")
-    assert isinstance(conj.value, interop.LazyViewError)
-    assert isinstance(neg.value, interop.LazyViewError)
+    assert isinstance(conj.value, interop.errors.LazyViewError)
+    assert isinstance(neg.value, interop.errors.LazyViewError)
 
 
 def test_not_a_tensor_is_a_type_error():
@@ -161,7 +161,7 @@ def test_not_a_tensor_is_a_type_error():
 
 
 def test_x64_refusal_says_how_to_enable_it():
-    with pytest.raises(interop.X64DisabledError, match=r"jax_enable_x64.*JAX_ENABLE_X64=1"):
+    with pytest.raises(interop.errors.X64DisabledError, match=r"jax_enable_x64.*JAX_ENABLE_X64=1"):
         interop.to_jax(torch.tensor([2**40 + 5]))
 
 
@@ -171,7 +171,7 @@ def test_x64_context_is_honoured():
     view.fill_(2**40 + 5)
     with jax.enable_x64(True):
         assert interop.to_jax(view).tolist() == [2**40 + 5]
-    with pytest.raises(interop.X64DisabledError):
+    with pytest.raises(interop.errors.X64DisabledError):
         interop.to_jax(view)
 
 
@@ -259,7 +259,7 @@ def test_sharded_array_is_refused():
         array = jax.device_put(jnp.arange(8.0), NamedSharding(mesh, PartitionSpec("x")))
         try:
             interop.to_torch(array)
-        except interop.ShardedArrayError as err:
+        except interop.errors.ShardedArrayError as err:
             assert isinstance(err, ValueError) and isinstance(err, BufferError)
             assert err.__cause__ is None and err.__context__ is None
             print("refused")
@@ -305,7 +305,7 @@ def test_the_permuted_layout_probe_tells_the_truth_about_this_jax():
 def test_a_jax_that_gets_permuted_layouts_wrong_is_refused(monkeypatch):
     (base,) = carve([((4, 8), torch.float32)])
     monkeypatch.setitem(_dlpack._permuted_ok, _dlpack.target_for(base), False)
-    with pytest.raises(interop.UnsupportedLayoutError, match="wrong values"):
+    with pytest.raises(interop.errors.UnsupportedLayoutError, match="wrong values"):
         interop.to_jax(base.T)
     assert interop.to_jax(base).unsafe_buffer_pointer() == base.data_ptr()  # dense: fine
 
@@ -314,5 +314,5 @@ def test_only_permuted_layouts_meet_the_probe(monkeypatch):
     """A step slice on such a jax keeps its own refusal (and message)."""
     view = _aligned()
     monkeypatch.setitem(_dlpack._permuted_ok, _dlpack.target_for(view), False)
-    with pytest.raises(interop.UnsupportedLayoutError, match="dense strides"):
+    with pytest.raises(interop.errors.UnsupportedLayoutError, match="dense strides"):
         interop.to_jax(view[::2])

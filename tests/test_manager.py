@@ -16,15 +16,8 @@ from _seams import allocator_of, base_of, slot_buffer
 from conftest import TEST_DEVICE as DEVICE
 
 import interop
-from interop import (
-    LaneNotConfiguredError,
-    PersistentKeyLockedError,
-    PersistentMismatchError,
-    WorkspaceLockedError,
-    WorkspaceManager,
-    use_workspace_lane,
-    use_workspace_ubatch,
-)
+from interop import WorkspaceLockedError, WorkspaceManager, use_workspace_lane, use_workspace_ubatch
+from interop.errors import LaneNotConfiguredError, PersistentKeyLockedError, PersistentMismatchError
 
 F32, BF16, I8, U8 = torch.float32, torch.bfloat16, torch.int8, torch.uint8
 pytestmark = pytest.mark.usefixtures("allocator")

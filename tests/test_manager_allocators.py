@@ -22,14 +22,13 @@ from conftest import needs_cuda
 from test_jax_call import TRIALS, slow_sum
 
 import interop
-from interop import (
+from interop import WorkspaceManager, use_workspace_ubatch
+from interop.errors import (
     AllocationTypeError,
     AllocationValueError,
     AllocatorError,
     AllocatorNotCallableError,
     UnknownAllocatorError,
-    WorkspaceManager,
-    use_workspace_ubatch,
 )
 
 F32, U8 = torch.float32, torch.uint8
@@ -76,7 +75,7 @@ BAD_RESULTS = [
     ("two-dimensional", lambda n, d: torch.empty((1, n), dtype=U8, device=d),
      AllocationValueError, ValueError, "ndim", ["allocator 'Pool'", "shape=(1, ", "1-D"]),
     ("negative-bit", lambda n, d: torch.zeros((n,), dtype=U8, device=d)._neg_view(),
-     interop.AllocationNegativeBitError, ValueError, "negative", ["allocator 'Pool'",
+     interop.errors.AllocationNegativeBitError, ValueError, "negative", ["allocator 'Pool'",
                                                                   "negative bit"]),
     ("raising-allocator", _raise, MemoryError, MemoryError, None, ["pool exhausted"]),
 ]  # fmt: skip
@@ -123,7 +122,7 @@ def test_bad_allocator_results_are_refused_and_change_nothing(
 BAD_ARGUMENTS = [
     ("unknown-name", "numpy", UnknownAllocatorError, ValueError, ["allocator", "'numpy'"]),
     ("not-callable", 5, AllocatorNotCallableError, TypeError, ["allocator", "5"]),
-    ("jax-on-a-device-jax-cannot-see", "jax", interop.DeviceNotVisibleError, ValueError,
+    ("jax-on-a-device-jax-cannot-see", "jax", interop.errors.DeviceNotVisibleError, ValueError,
      ["meta"]),
 ]  # fmt: skip
 
@@ -133,7 +132,7 @@ BAD_ARGUMENTS = [
     [pytest.param(*case[1:], id=case[0]) for case in BAD_ARGUMENTS],
 )
 def test_bad_allocator_argument_is_refused_at_construction(value, kind, builtin, fragments):
-    device = "meta" if kind is interop.DeviceNotVisibleError else DEVICE
+    device = "meta" if kind is interop.errors.DeviceNotVisibleError else DEVICE
     with pytest.raises(kind) as info:
         WorkspaceManager(device, allocator=value)
     assert isinstance(info.value, builtin)

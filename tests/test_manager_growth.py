@@ -11,11 +11,8 @@ from _seams import slot_buffer
 from conftest import TEST_DEVICE as DEVICE
 from conftest import needs_cuda
 
-from interop import (
-    GrowthDuringCaptureError,
-    WorkspaceManager,
-    use_workspace_ubatch,
-)
+from interop import WorkspaceManager, use_workspace_ubatch
+from interop.errors import GrowthDuringCaptureError
 
 U8 = torch.uint8
 
