@@ -29,26 +29,29 @@ TESTING_NAMES = {
 
 
 INTEROP_NAMES = {
+    "CapacityLimitError", "HandoffError", "History", "InvalidSpecError", "Record", "SlotStats",
+    "WorkspaceError", "WorkspaceLockedError", "WorkspaceManager", "WorkspaceStats",
+    "configure_jax_for_sharing", "current_slot", "current_workspace_manager",
+    "dbo_current_ubatch_id", "errors", "init_workspace_manager",
+    "is_workspace_manager_initialized", "jax_call", "lock_workspace", "reserve_workspace",
+    "reset_workspace_manager", "set_ubatch_provider", "to_jax", "to_torch", "unlock_workspace",
+    "use_workspace_lane", "use_workspace_ubatch", "use_workspace_ubatch_id",
+}  # fmt: skip
+INTEROP_ERRORS_NAMES = {
     "AllocationDeviceError", "AllocationDtypeError", "AllocationLayoutError",
     "AllocationNegativeBitError", "AllocationNotTensorError", "AllocationOverlapError",
     "AllocationShapeError", "AllocationSizeError", "AllocationTypeError",
-    "AllocationValueError", "AllocatorError", "AllocatorNotCallableError",
-    "CapacityLimitError", "ConjugateBitError", "DeletedArrayError", "DeviceNotVisibleError",
-    "DeviceUnavailableError", "FunctionNotCallableError", "GradientTrackedError",
-    "GrowthDuringCaptureError", "UnsupportedPytreeError",
-    "HandoffError", "History", "InvalidConfigError", "InvalidPlanError", "InvalidSlotError",
+    "AllocationValueError", "AllocatorError", "AllocatorNotCallableError", "CapacityLimitError",
+    "ConjugateBitError", "DeletedArrayError", "DeviceNotVisibleError", "DeviceUnavailableError",
+    "FunctionNotCallableError", "GradientTrackedError", "GrowthDuringCaptureError",
+    "HandoffError", "InvalidConfigError", "InvalidPlanError", "InvalidSlotError",
     "InvalidSpecError", "JaxAlreadyStartedError", "JaxPreallocationWarning", "JaxSettingError",
     "LaneNotConfiguredError", "LazyViewError", "MisalignedViewError", "NegativeBitError",
-    "NotInitializedError", "PersistentKeyLockedError", "PersistentMismatchError", "Record",
-    "ShardedArrayError", "SlotStats", "StreamDeviceError", "StreamTypeError",
-    "UbatchNotConfiguredError", "UnknownAllocatorError", "UnknownDeviceError",
-    "UnsupportedDtypeError", "UnsupportedLayoutError", "WorkspaceError",
-    "WorkspaceLockedError", "WorkspaceManager", "WorkspaceStats", "X64DisabledError",
-    "ZeroCopyError", "configure_jax_for_sharing", "current_slot", "current_workspace_manager",
-    "init_workspace_manager", "is_workspace_manager_initialized", "jax_call", "lock_workspace",
-    "reserve_workspace", "reset_workspace_manager", "set_ubatch_provider", "to_jax",
-    "to_torch", "unlock_workspace", "use_workspace_lane", "use_workspace_ubatch",
-    "use_workspace_ubatch_id", "dbo_current_ubatch_id",
+    "NotInitializedError", "PersistentKeyLockedError", "PersistentMismatchError",
+    "ShardedArrayError", "StreamDeviceError", "StreamTypeError", "UbatchNotConfiguredError",
+    "UnknownAllocatorError", "UnknownDeviceError", "UnsupportedDtypeError",
+    "UnsupportedLayoutError", "UnsupportedPytreeError", "WorkspaceError",
+    "WorkspaceLockedError", "X64DisabledError", "ZeroCopyError",
 }  # fmt: skip
 
 
@@ -58,6 +61,23 @@ def test_interop_public_names_are_pinned():
     assert set(interop.__all__) == INTEROP_NAMES
     for name in interop.__all__:
         assert hasattr(interop, name), name
+    assert set(interop.errors.__all__) == INTEROP_ERRORS_NAMES
+    for name in interop.errors.__all__:
+        assert hasattr(interop.errors, name), name
+
+
+def test_interop_errors_holds_every_exception_interop_exports():
+    """The top level keeps a few errors callers catch most; each is the class in
+    interop.errors, and every exception class interop exports is there."""
+    import interop
+
+    for name in interop.__all__:
+        value = getattr(interop, name)
+        if isinstance(value, type) and issubclass(value, BaseException):
+            assert getattr(interop.errors, name) is value, name
+    for name in interop.errors.__all__:
+        value = getattr(interop.errors, name)
+        assert isinstance(value, type) and issubclass(value, BaseException), name
 
 
 def test_public_names_are_pinned():
