@@ -19,6 +19,7 @@ Example:
     ((0, 256), 512)
 """
 
+from . import _public
 from . import display as display
 from . import fast_paths as fast_paths
 from ._diff import Change as Change
@@ -96,3 +97,5 @@ __all__ = [
     "to_dict",
     "unlock",
 ]
+
+_public.publish(__name__, globals(), __all__)

@@ -30,9 +30,12 @@ Example:
     (True, True)
 """
 
+from . import _public
 from ._ops import fit as fit
 from ._ops import layout_of as layout_of
 from ._ops import replay_acquire as replay_acquire
 from ._ops import replay_retain as replay_retain
 
 __all__ = ["fit", "layout_of", "replay_acquire", "replay_retain"]
+
+_public.publish(__name__, globals(), __all__)

@@ -10,6 +10,7 @@ from functional_ws import CapacityLimitError as CapacityLimitError
 from functional_ws import InvalidSpecError as InvalidSpecError
 from functional_ws import WorkspaceError as WorkspaceError
 from functional_ws import WorkspaceLockedError as WorkspaceLockedError
+from functional_ws import _public
 
 from . import _module_api
 from . import errors as errors
@@ -67,6 +68,8 @@ __all__ = [
     "use_workspace_ubatch",
     "use_workspace_ubatch_id",
 ]
+
+_public.publish(__name__, globals(), __all__)
 
 #: The process-wide manager (vLLM's module attribute: its tests patch it). The module-level
 #: functions read it when called; ``init_workspace_manager`` sets it.

@@ -27,6 +27,7 @@ from functional_ws import PersistentKeyLockedError as PersistentKeyLockedError
 from functional_ws import UbatchNotConfiguredError as UbatchNotConfiguredError
 from functional_ws import WorkspaceError as WorkspaceError
 from functional_ws import WorkspaceLockedError as WorkspaceLockedError
+from functional_ws import _public
 
 from ._errors import AllocationDeviceError as AllocationDeviceError
 from ._errors import AllocationDtypeError as AllocationDtypeError
@@ -117,3 +118,5 @@ __all__ = [
     "X64DisabledError",
     "ZeroCopyError",
 ]
+
+_public.publish(__name__, globals(), __all__)

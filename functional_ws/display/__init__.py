@@ -16,6 +16,7 @@ Example:
     ['view', 'padding']
 """
 
+from .. import _public
 from .._diff import Change, Diff
 from .._layout import Layout, Span
 from .._presenters import install_presenter
@@ -68,3 +69,5 @@ __all__ = [
     "slot_pictures",
     "timeline_html",
 ]
+
+_public.publish(__name__, globals(), __all__)

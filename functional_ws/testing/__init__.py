@@ -22,6 +22,7 @@ except ImportError as err:
         name="hypothesis",
     ) from err
 
+from .. import _public
 from ._model import WorkspaceModel as WorkspaceModel
 from ._profiles import register_profiles as register_profiles
 from ._stateful import Transitions as Transitions
@@ -47,3 +48,5 @@ __all__ = [
     "spec_lists",
     "specs",
 ]
+
+_public.publish(__name__, globals(), __all__)

@@ -23,6 +23,7 @@ except ImportError as err:
         name="hypothesis",
     ) from err
 
+from functional_ws import _public
 from functional_ws.testing import register_profiles as register_profiles
 
 from ._accelerator import no_accelerator_cache as no_accelerator_cache
@@ -47,3 +48,5 @@ __all__ = [
     "no_accelerator_cache",
     "register_profiles",
 ]
+
+_public.publish(__name__, globals(), __all__)
