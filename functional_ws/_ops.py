@@ -255,6 +255,8 @@ def replay_acquire(
 
     Example:
         >>> import numpy as np
+        >>> from functional_ws import acquire, initial_state
+        >>> from functional_ws.fast_paths import replay_acquire
         >>> spec = ((4,), np.dtype("int32"))
         >>> s, layout = acquire(initial_state(), (0, 0), spec)
         >>> replay_acquire(s, layout) == (s, layout.without_growth()) == acquire(s, (0, 0), spec)
@@ -301,6 +303,8 @@ def fit(
 
     Example:
         >>> import numpy as np
+        >>> from functional_ws import acquire, initial_state
+        >>> from functional_ws.fast_paths import fit
         >>> s, _ = acquire(initial_state(), (0, 0), ((1000,), np.dtype("uint8")))
         >>> new, offsets, total, growth = fit(s, 0, [40, 40])
         >>> offsets, total, growth
@@ -345,6 +349,8 @@ def layout_of(state: WorkspaceState, slot: Slot, specs: Sequence[Any]) -> Layout
 
     Example:
         >>> import numpy as np
+        >>> from functional_ws import initial_state
+        >>> from functional_ws.fast_paths import layout_of
         >>> layout_of(initial_state(), (0, 0), [((10,), np.dtype("float32"))] * 2).offsets
         (0, 256)
     """
