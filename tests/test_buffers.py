@@ -99,6 +99,6 @@ def test_a_new_buffer_must_not_overlap_the_buffers_in_use():
 
     buffers = _buffers(one_arena)
     buffers.install(0, buffers.allocate(0, 512))
-    with pytest.raises(interop.AllocationOverlapError):
+    with pytest.raises(interop.errors.AllocationOverlapError):
         buffers.allocate(1, 512)  # the same bytes as slot 0's buffer
     assert buffers.buffer(1) is None
