@@ -340,7 +340,12 @@ class WorkspaceManager(Reservations, PersistentResources, Displays):
         else:
             if memo is None:  # the hot path found none: the slot is looked up (or explained)
                 memo = self._memos.acquired[self._engine.state.index(slot)]
-            views = self._server.fit(memo, slot, nbytes, specs)
+            # The short way, written out here (the miss path): the engine's fit_and_carve,
+            # nothing memoised.
+            views = self._engine.fit_and_carve(memo.index, nbytes, specs)
+            if memo.dead:  # this call grew the slot: its memo was replaced
+                memo = self._memos.acquired[memo.index]
+            memo.last = (slot, specs)  # what the pictures draw
             if len(views) == 1:  # fresh(views), unrolled for the usual single view
                 (view,) = views
                 return [view.view(view.dtype)]

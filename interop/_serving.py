@@ -3,7 +3,9 @@
 Each builds the core's transition for the request, has the engine run it (growing first
 where the plan says so) and carve the views under its lock from the buffers the new state
 describes, then memoises what repeats. The façade decides which path a request takes (its
-spelling, whether it was seen before); this room only serves. It never calls the façade:
+spelling, whether it was seen before) and writes out the miss path's short way itself
+(``Engine.fit_and_carve``: a call fewer on the path a new ``num_tokens`` takes); this room
+only serves. It never calls the façade:
 where a caller's code (a key's ``__hash__``) replaced the slot's buffer after the views
 were carved, it says so (``None``) and the façade serves the request again.
 """
@@ -11,7 +13,7 @@ were carved, it says so (``None``) and the façade serves the request again.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable
 from typing import Any, TypeVar
 
 import torch
@@ -20,7 +22,7 @@ import functional_ws as fws
 from functional_ws import Growth, Slot, ViewSpec, WorkspaceState
 
 from ._engine import Engine
-from ._memo import Memo, Memos, memoise, memoise_retained
+from ._memo import Memos, memoise, memoise_retained
 from ._persistent import PersistentTables
 from ._requests import check_torch_dtypes
 
@@ -40,21 +42,6 @@ class Server:
         self.engine = engine
         self.memos = memos
         self.tables = tables
-
-    def fit(
-        self, memo: Memo, slot: Slot, nbytes: Sequence[int], specs: tuple[Any, ...]
-    ) -> list[torch.Tensor]:
-        """A plain request seen for the first time: the engine's short way
-        (:meth:`interop._engine.Engine.fit_and_carve`), nothing memoised.
-
-        Returns:
-            The carved (shared-base) views.
-        """
-        views = self.engine.fit_and_carve(memo.index, nbytes, specs)
-        if memo.dead:  # this call grew the slot: its memo was replaced
-            memo = self.memos.acquired[memo.index]
-        memo.last = (slot, specs)  # what the pictures draw
-        return views
 
     def acquire(
         self, specs: tuple[Any, ...], slot: Slot, admitted: bool | None
