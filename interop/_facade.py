@@ -245,8 +245,9 @@ class WorkspaceManager(Reservations, PersistentResources, Displays):
         a note (README: "Guarantees").
 
         Args:
-            *shapes_and_dtypes: one or more ``(shape, dtype)`` pairs; a shape is a tuple of
-                non-negative ints, a dtype a ``torch.dtype`` such as ``torch.float32``.
+            *shapes_and_dtypes: one or more ``(shape, dtype)`` pairs; a shape is a tuple,
+                ``torch.Size`` or list of non-negative ints (NumPy integers too), a dtype a
+                ``torch.dtype`` such as ``torch.float32``.
 
         Returns:
             One fresh view per pair, valid until the slot grows.
@@ -274,7 +275,7 @@ class WorkspaceManager(Reservations, PersistentResources, Displays):
         except TypeError:  # unhashable: a shape spelled as a list of ints, or a bad request
             entry = memo = None
             tupled = listed_as_tuples(shapes_and_dtypes)
-            if tupled is not None:  # served as the tuples it lists, at their cost
+            if tupled is not None:  # served as the tuples it lists (their memo entry)
                 return self.get_simultaneous(*tupled)
         if entry is not None:
             for shape, _ in shapes_and_dtypes:

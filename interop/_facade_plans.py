@@ -108,7 +108,13 @@ class Reservations:
         """Write the current sizes to ``path`` as JSON (:func:`functional_ws.to_dict`).
 
         The file is replaced atomically: a write that fails leaves the previous plan intact.
-        Load it at the next start with :meth:`load_plan` to reserve those sizes at once.
+        Only a regular file is replaced (or nothing at ``path``). Load it at the next start
+        with :meth:`load_plan` to reserve those sizes at once.
+
+        Raises:
+            FileExistsError: (``OSError``) ``path`` is a FIFO, a device node, a socket or a
+                folder (also at the end of a link): nothing is written.
+            OSError: the plan could not be written (the previous one is unchanged).
         """
         _plans.save_plan(self._engine.state, path)
 
