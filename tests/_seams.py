@@ -36,6 +36,16 @@ def retired_of(ws: WorkspaceManager) -> Any:
     return ws._allocator.retired
 
 
+def in_slot_buffer(
+    ws: WorkspaceManager, view: torch.Tensor, slot: tuple[int, int] = (0, 0)
+) -> bool:
+    """Whether ``view``'s bytes lie inside ``slot``'s current buffer."""
+    buffer = slot_buffer(ws, slot)
+    assert buffer is not None, f"slot {slot} holds no buffer"
+    start, end = buffer.data_ptr(), buffer.data_ptr() + buffer.numel()
+    return start <= view.data_ptr() and view.data_ptr() + view.numel() * view.element_size() <= end
+
+
 def memo_of(ws: WorkspaceManager, index: int = 0) -> Any:
     """Slot ``index``'s ``get_simultaneous`` memo."""
     return ws._memos.acquired[index]

@@ -15,7 +15,7 @@ import weakref
 
 import pytest
 import torch
-from _seams import memo_of, slot_buffer
+from _seams import in_slot_buffer, memo_of, slot_buffer
 from torch.multiprocessing.reductions import StorageWeakRef
 
 import functional_ws as fws
@@ -180,14 +180,6 @@ def test_a_dropped_manager_is_freed_at_once_after_an_out_of_memory(monkeypatch):
 # ----- user code that grows the slot in the middle of a call (issue 20 #1) -----
 
 
-def _inside_current_buffer(ws, views):
-    buffer = slot_buffer(ws)
-    start, end = buffer.data_ptr(), buffer.data_ptr() + buffer.numel()
-    return all(
-        start <= v.data_ptr() and v.data_ptr() + v.numel() * v.element_size() <= end for v in views
-    )
-
-
 class GrowOnce:
     """Grows slot (0, 0) of ``ws`` when it is called for the ``after``-th time (user code that
     calls the manager back: a key's ``__hash__``, a context's exit, a log handler)."""
@@ -282,7 +274,7 @@ def test_every_call_returns_views_of_the_slots_current_buffer(call, where, after
                 views = ws.get_simultaneous(((n,), U8), ((n // 2,), torch.float32))
             else:
                 views = [ws.get_retained(key, (n,), U8)[0]]
-            assert _inside_current_buffer(ws, views), n
+            assert all(in_slot_buffer(ws, v) for v in views), n
             del views
     GrowingKey.grow = lambda: None
     gc.collect()

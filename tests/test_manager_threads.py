@@ -14,7 +14,7 @@ import threading
 
 import pytest
 import torch
-from _seams import slot_buffer
+from _seams import in_slot_buffer
 
 from interop import WorkspaceManager, use_workspace_ubatch
 
@@ -37,20 +37,13 @@ class Hooked(tuple):
         return super().__iter__()
 
 
-def _inside(view, ws, slot=(0, 0)):
-    """Whether ``view`` lies inside the slot's current buffer."""
-    buffer = slot_buffer(ws, slot)
-    start, end = buffer.data_ptr(), buffer.data_ptr() + buffer.numel()
-    return start <= view.data_ptr() and view.data_ptr() + view.numel() * view.element_size() <= end
-
-
 def test_a_growth_between_memo_lookup_and_state_read_never_serves_the_retired_buffer():
     ws = WorkspaceManager("cpu")
     ws.get_simultaneous(((1024,), U8))
     ws.get_simultaneous(((512,), U8))  # memoised
     grow = lambda: ws.reserve(((8192,), U8))  # noqa: E731 - the forced interleaving
     (view,) = ws.get_simultaneous((Hooked((512,), grow), U8))
-    assert ws.state.capacity((0, 0)) == 8192 and _inside(view, ws)
+    assert ws.state.capacity((0, 0)) == 8192 and in_slot_buffer(ws, view)
     (again,) = ws.get_simultaneous(((512,), U8))
     assert again.data_ptr() == view.data_ptr()
 
@@ -64,7 +57,7 @@ def test_retained_tail_across_a_forced_growth_is_never_falsely_intact():
     # A growth to 1024 bytes keeps the span's offset (768): only the buffer changes.
     grow = lambda: ws.reserve(((1024,), U8))  # noqa: E731
     view, intact = ws.get_retained("kv", Hooked((16,), grow), U8)
-    assert not intact and _inside(view, ws)  # the tail moved into a new buffer
+    assert not intact and in_slot_buffer(ws, view)  # the tail moved into a new buffer
     view.fill_(2)
     again, intact = ws.get_retained("kv", (16,), U8)
     assert intact and again.data_ptr() == view.data_ptr() and again.tolist() == [2] * 16
@@ -100,7 +93,7 @@ def test_a_growth_inside_a_callable_allocator_of_another_slot_is_seen(allocator_
     assert not thread.is_alive()
     tail, intact = results["other"]
     assert intact and tail.tolist() == [5] * 8
-    assert [s.capacity for s in ws.state.slots] == [4096, 2048] and _inside(view, ws)
+    assert [s.capacity for s in ws.state.slots] == [4096, 2048] and in_slot_buffer(ws, view)
 
 
 def test_threaded_hammer_intact_is_never_a_lie():
