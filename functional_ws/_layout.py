@@ -9,7 +9,7 @@ import jax
 
 from ._presenters import Presented
 from ._spec import ViewSpec
-from ._state import Slot
+from ._state import Slot, field_setters
 
 #: ``((slot, new_capacity), ...)``: the buffers the shell must (re)allocate, exact sizes.
 Growth = tuple[tuple[Slot, int], ...]
@@ -110,7 +110,11 @@ class Span(Presented):
 
 
 _new = object.__new__
-_set = object.__setattr__
+
+
+_LAYOUT_SET = field_setters(
+    Layout, "slot", "index", "specs", "offsets", "total", "alignment", "growth"
+)
 
 
 def make_layout(
@@ -126,11 +130,12 @@ def make_layout(
     dataclass's ``__init__``: every request never seen before builds one. Equal and
     hash-equal to the constructor's (a test pins it)."""
     layout = _new(Layout)
-    _set(layout, "slot", slot)
-    _set(layout, "index", index)
-    _set(layout, "specs", specs)
-    _set(layout, "offsets", offsets)
-    _set(layout, "total", total)
-    _set(layout, "alignment", alignment)
-    _set(layout, "growth", growth)
+    set_slot, set_index, set_specs, set_offsets, set_total, set_alignment, set_growth = _LAYOUT_SET
+    set_slot(layout, slot)
+    set_index(layout, index)
+    set_specs(layout, specs)
+    set_offsets(layout, offsets)
+    set_total(layout, total)
+    set_alignment(layout, alignment)
+    set_growth(layout, growth)
     return layout

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Hashable
-from typing import Literal
+from typing import Any, Literal
 
 import jax
 
@@ -171,7 +171,27 @@ class WorkspaceState(Presented):
 
 
 _new = object.__new__
-_set = object.__setattr__  # the frozen classes' own __setattr__ refuses
+
+
+def field_setters(cls: type, *fields: str) -> tuple[Any, ...]:
+    """Each field's slot descriptor's ``__set__``: what ``object.__setattr__`` calls, without
+    its lookup of the name (the frozen classes' own ``__setattr__`` refuses)."""
+    return tuple(cls.__dict__[field].__set__ for field in fields)
+
+
+_SLOT_SET = field_setters(
+    SlotState, "capacity", "high_water", "growths", "retained", "persistent_keys"
+)
+_STATE_SET = field_setters(
+    WorkspaceState,
+    "num_ubatches",
+    "num_lanes",
+    "alignment",
+    "growth",
+    "locked",
+    "slots",
+    "max_capacity",
+)
 
 
 def make_slot(
@@ -185,24 +205,26 @@ def make_slot(
     ``__init__`` and its defaults (the transitions build one on every state change). Equal
     and hash-equal to the constructor's (a test pins it)."""
     slot = _new(SlotState)
-    _set(slot, "capacity", capacity)
-    _set(slot, "high_water", high_water)
-    _set(slot, "growths", growths)
-    _set(slot, "retained", retained)
-    _set(slot, "persistent_keys", persistent_keys)
+    set_capacity, set_high_water, set_growths, set_retained, set_keys = _SLOT_SET
+    set_capacity(slot, capacity)
+    set_high_water(slot, high_water)
+    set_growths(slot, growths)
+    set_retained(slot, retained)
+    set_keys(slot, persistent_keys)
     return slot
 
 
 def with_slots(state: WorkspaceState, slots: tuple[SlotState, ...]) -> WorkspaceState:
     """``state`` with ``slots`` in place of its own, built as :func:`make_slot` builds."""
     new = _new(WorkspaceState)
-    _set(new, "num_ubatches", state.num_ubatches)
-    _set(new, "num_lanes", state.num_lanes)
-    _set(new, "alignment", state.alignment)
-    _set(new, "growth", state.growth)
-    _set(new, "locked", state.locked)
-    _set(new, "slots", slots)
-    _set(new, "max_capacity", state.max_capacity)
+    set_ubatches, set_lanes, set_alignment, set_growth, set_locked, set_slots, set_max = _STATE_SET
+    set_ubatches(new, state.num_ubatches)
+    set_lanes(new, state.num_lanes)
+    set_alignment(new, state.alignment)
+    set_growth(new, state.growth)
+    set_locked(new, state.locked)
+    set_slots(new, slots)
+    set_max(new, state.max_capacity)
     return new
 
 
