@@ -208,6 +208,9 @@ def last_plans(state: WorkspaceState, memos: list[Memo]) -> dict[tuple[int, int]
     return plans
 
 
+_new_memo = dict.__new__
+
+
 class Memo(dict[Hashable, Any]):
     """One slot's memo (the young generation) with the old generation beside it.
 
@@ -275,6 +278,21 @@ class Memo(dict[Hashable, Any]):
         with contextlib.suppress(TypeError):
             self[key] = entry
 
+    def successor(self) -> Memo:
+        """A new, empty memo for the same slot once this one's buffer is replaced: it keeps
+        what pictures draw (``last``), what was seen once and the limit. (Built without
+        ``__init__``: every growth makes two.)"""
+        fresh = _new_memo(Memo)
+        fresh.index, fresh.limit, fresh.last, fresh.seen = (
+            self.index,
+            self.limit,
+            self.last,
+            self.seen,
+        )
+        fresh.old = {}
+        fresh.dead = False
+        return fresh
+
     def entries(self) -> int:
         """How many requests are memoised, over both generations."""
         return len(self) + len(self.old)
@@ -306,8 +324,7 @@ class Memos:
             (self.retained, self.retained_at),
         ):
             dead = memos[index]  # replaced even when empty: a call that carved from the
-            fresh = Memo(index)  # old buffer may still try to insert its entry there
-            fresh.last, fresh.seen = dead.last, dead.seen
+            fresh = dead.successor()  # old buffer may still try to insert its entry there
             dead.dead = True
             dead.clear()
             dead.old.clear()
