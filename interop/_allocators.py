@@ -30,7 +30,7 @@ bytes stay as they were), at the cost of a peak of old plus new during the growt
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal
 
 import jax
 import jax.numpy as jnp
@@ -75,17 +75,55 @@ InUse = Sequence[torch.Tensor | None]
 JAX_ALIGNMENT = {"cpu": 64, "cuda": 256}
 
 
-class Allocation(NamedTuple):
-    """A slot's buffer and what owns its memory.
+class Allocation:
+    """A slot's buffer: the block it lies in, where in it, and what owns its memory.
 
-    Attributes:
-        buffer: ``uint8``, 1-D, exactly the bytes asked for, its address aligned.
+    torch's CPU allocator aligns to 64 bytes, so its block is larger than the buffer and the
+    buffer starts past the block's start; the tensor of exactly the buffer's bytes is a
+    slice of the block, which costs as much as the block's allocation (about a microsecond
+    on CPU), and a growth does not need it: views are carved from the block
+    (:class:`interop._carving.Carver`), so :attr:`buffer` makes it when first asked.
+
+    Args:
+        block: a 1-D ``uint8`` tensor holding the buffer's bytes.
+        nbytes: the buffer's size.
+        start: where the buffer begins in ``block`` (its address a multiple of the
+            alignment).
         owner: the object that must live as long as the buffer is the slot's (the JAX array
             for ``"jax"``); ``None`` where the tensor owns its memory.
+
+    Example:
+        >>> import torch
+        >>> block = torch.empty(1024, dtype=torch.uint8)
+        >>> allocation = Allocation(block, 512, start=256)
+        >>> allocation.buffer.numel(), allocation.buffer.data_ptr() - block.data_ptr()
+        (512, 256)
+        >>> allocation.buffer is allocation.buffer, Allocation(block, 1024).buffer is block
+        (True, True)
     """
 
-    buffer: torch.Tensor
-    owner: Any = None
+    __slots__ = ("_buffer", "block", "nbytes", "owner", "start")
+
+    def __init__(self, block: torch.Tensor, nbytes: int, start: int = 0, owner: Any = None):
+        self.block = block
+        self.nbytes = nbytes
+        self.start = start
+        self.owner = owner
+        self._buffer: torch.Tensor | None = None
+
+    @property
+    def buffer(self) -> torch.Tensor:
+        """The buffer: ``uint8``, 1-D, exactly :attr:`nbytes`, its address aligned (the
+        block itself where it is exactly that; made once)."""
+        buffer = self._buffer
+        if buffer is None:
+            block, start, nbytes = self.block, self.start, self.nbytes
+            exact = start == 0 and block.numel() == nbytes
+            buffer = self._buffer = block if exact else block[start : start + nbytes]
+        return buffer
+
+    def __repr__(self) -> str:
+        return f"Allocation(nbytes={self.nbytes}, start={self.start}, owner={self.owner!r})"
 
 
 class SlotAllocator:
@@ -152,8 +190,8 @@ class SlotAllocator:
         skip = -block.data_ptr() % alignment
         if skip + nbytes > size:  # torch broke its alignment: the general way
             del block
-            return Allocation(allocate_aligned(nbytes, device, alignment))
-        return Allocation(block if skip == 0 and size == nbytes else block[skip : skip + nbytes])
+            return Allocation(allocate_aligned(nbytes, device, alignment), nbytes)
+        return Allocation(block, nbytes, skip)  # the exact slice made when asked for
 
     def release(self, slot: tuple[int, int], buffer: torch.Tensor) -> None:
         """``buffer``, slot ``slot``'s old one, is being dropped (the manager holds no other
@@ -205,7 +243,7 @@ class JaxAllocator(SlotAllocator):
         buffer = aligned_block(
             raw, nbytes, alignment, provider_alignment=JAX_ALIGNMENT.get(device.type)
         )
-        return Allocation(buffer, arrays[0])  # the array behind the block kept
+        return Allocation(buffer, nbytes, owner=arrays[0])  # the array behind it kept
 
 
 class FunctionAllocator(SlotAllocator):
@@ -242,7 +280,8 @@ class FunctionAllocator(SlotAllocator):
             return own_storage(result)
 
         return Allocation(
-            aligned_block(raw, nbytes, alignment, provider_alignment=self.provider_alignment)
+            aligned_block(raw, nbytes, alignment, provider_alignment=self.provider_alignment),
+            nbytes,
         )
 
 

@@ -40,32 +40,38 @@ class SlotBuffers:
         self.device = device
         self.allocator = allocator
         self._alignment = alignment
-        self._buffers: list[torch.Tensor | None] = [None] * count
-        self._owners: list[Any] = [None] * count  # what owns each buffer's memory (a jax.Array)
+        self._allocations: list[Allocation | None] = [None] * count
         self.carvers: list[Carver] = [Carver(None, device) for _ in range(count)]
         self.generation = 0
 
     def buffer(self, index: int) -> torch.Tensor | None:
         """Slot ``index``'s buffer, ``None`` while it has none."""
-        return self._buffers[index]
+        allocation = self._allocations[index]
+        return None if allocation is None else allocation.buffer
 
     def buffers(self) -> list[torch.Tensor | None]:
         """Every slot's buffer, in slot order (a new list)."""
-        return list(self._buffers)
+        return [self.buffer(index) for index in range(len(self._allocations))]
+
+    def owner(self, index: int) -> Any:
+        """What owns slot ``index``'s memory (the JAX array for ``"jax"``), or ``None``."""
+        allocation = self._allocations[index]
+        return None if allocation is None else allocation.owner
 
     def take(self, index: int) -> torch.Tensor | None:
-        """Slot ``index``'s buffer, which the slot no longer holds (the caller drops it)."""
-        buffer = self._buffers[index]
-        self._buffers[index] = self._owners[index] = None
+        """The block slot ``index``'s buffer lies in, which the slot no longer holds (the
+        caller drops it; the block keeps the buffer's bytes alive, and whatever else holds
+        them holds its storage)."""
+        allocation = self._allocations[index]
+        self._allocations[index] = None
         self.carvers[index] = Carver(None, self.device)
         self.generation += 1
-        return buffer
+        return None if allocation is None else allocation.block
 
     def install(self, index: int, allocation: Allocation) -> None:
         """Make ``allocation`` slot ``index``'s buffer."""
-        self._buffers[index] = allocation.buffer
-        self._owners[index] = allocation.owner
-        self.carvers[index] = Carver(allocation.buffer, self.device)
+        self._allocations[index] = allocation
+        self.carvers[index] = Carver(allocation.block, self.device, allocation.start)
         self.generation += 1
 
     def allocate(
@@ -99,4 +105,5 @@ class SlotBuffers:
         (empty for an allocator that never hands out memory in use)."""
         if not self.allocator.checks_overlap:
             return []
-        return [b for i, b in enumerate(self._buffers) if b is not None and i != index]
+        buffers = self.buffers()
+        return [b for i, b in enumerate(buffers) if b is not None and i != index]

@@ -1,10 +1,11 @@
 """Carving typed views out of a slot's bytes: aliases, ``as_strided``, fresh views.
 
-A :class:`Carver` serves one buffer. It sees the buffer through one typed alias per dtype
-(every whole element of the buffer, made on first use), so a view at a byte offset is one
-``torch.as_strided`` over the alias; where the buffer's start does not allow an alias (a
-callable allocator's block at an odd offset), the original's slice, ``view(dtype)`` and
-``view(shape)`` serve instead.
+A :class:`Carver` serves one buffer, which lies in a block (torch's CPU block is larger
+than the buffer: the allocator aligns it by starting the buffer past the block's start). It
+sees the block through one typed alias per dtype (every whole element of the block, made on
+first use), so a view at a byte offset of the buffer is one ``torch.as_strided`` over the
+alias; where the buffer's start does not allow an alias (a callable allocator's block at an
+odd offset), the original's slice, ``view(dtype)`` and ``view(shape)`` serve instead.
 
 Views are carved outside inference mode whatever the caller's mode: a view carved inside it
 would not share the buffer's version counter, and every view made from it later would lose
@@ -34,12 +35,13 @@ _UNKNOWN = object()  # an alias not made yet (``None`` is an alias that cannot b
 
 
 class Carver:
-    """The views of one buffer (``None``: a slot without a buffer, which serves only empty
-    views).
+    """The views of one buffer: the bytes of ``block`` from ``start`` on (``None``: a slot
+    without a buffer, which serves only empty views).
 
     Args:
-        buffer: a 1-D ``uint8`` tensor, or ``None``.
+        block: a 1-D ``uint8`` tensor holding the buffer, or ``None``.
         device: where an empty slot's empty views live.
+        start: the buffer's first byte in ``block`` (offsets are the buffer's).
 
     Example:
         >>> import torch
@@ -49,13 +51,14 @@ class Carver:
         (torch.Size([2, 3]), torch.int8, 256)
     """
 
-    __slots__ = ("_aliases", "buffer", "device")
+    __slots__ = ("_aliases", "block", "device", "start")
 
-    def __init__(self, buffer: torch.Tensor | None, device: torch.device) -> None:
-        self.buffer = buffer
+    def __init__(self, block: torch.Tensor | None, device: torch.device, start: int = 0) -> None:
+        self.block = block
         self.device = device
-        # Per dtype: the buffer seen as that dtype, its first element's storage offset and
-        # the itemsize; None where no alias can be made.
+        self.start = start
+        # Per dtype: the block seen as that dtype, the element where the buffer starts in
+        # its storage, and the itemsize; None where no alias can be made.
         self._aliases: dict[Any, tuple[torch.Tensor, int, int] | None] = {}
 
     def carve(
@@ -94,29 +97,34 @@ class Carver:
 
     def _slice(self, offset: int, shape: tuple[int, ...], dtype: Any) -> torch.Tensor:
         """The original's way: slice the bytes, view them as the dtype, then the shape."""
-        buffer = self.buffer
-        if buffer is None:  # a slot without a buffer serves only empty views
-            buffer = torch.empty((0,), dtype=torch.uint8, device=self.device)
+        block = self.block
+        if block is None:  # a slot without a buffer serves only empty views
+            block = torch.empty((0,), dtype=torch.uint8, device=self.device)
         nbytes = dtype.itemsize
         for dim in shape:
             nbytes *= dim
-        return buffer[offset : offset + nbytes].view(dtype).view(shape)
+        offset += self.start
+        return block[offset : offset + nbytes].view(dtype).view(shape)
 
     def _alias(self, dtype: Any) -> tuple[torch.Tensor, int, int] | None:
-        """The buffer seen as ``dtype``, its first element's storage offset and the
-        itemsize; ``None`` where the buffer's offset in its storage is not a multiple of
-        the itemsize (then views are sliced instead)."""
-        buffer = self.buffer
+        """The block seen as ``dtype``, the storage offset (in elements) of the buffer's
+        first byte, and the itemsize; ``None`` where the buffer's offset in its storage is
+        not a multiple of the itemsize (then views are sliced instead)."""
+        block = self.block
         alias = None
         itemsize = dtype.itemsize
-        if buffer is not None and buffer.storage_offset() % itemsize == 0:
-            usable = buffer.numel() - buffer.numel() % itemsize
+        if block is not None and block.storage_offset() % itemsize == 0:
+            start, remainder = divmod(self.start, itemsize)
+            numel = block.numel()
+            usable = numel - numel % itemsize
             try:
-                if dtype is torch.uint8:
-                    typed = buffer
+                if remainder:
+                    alias = None
+                elif dtype is torch.uint8:
+                    alias = (block, int(block.storage_offset()) + start, 1)
                 else:
-                    typed = (buffer if usable == buffer.numel() else buffer[:usable]).view(dtype)
-                alias = (typed, int(typed.storage_offset()), itemsize)
+                    typed = (block if usable == numel else block[:usable]).view(dtype)
+                    alias = (typed, int(typed.storage_offset()) + start, itemsize)
             except RuntimeError:  # a dtype torch cannot view bytes as: slice instead
                 alias = None
         self._aliases[dtype] = alias

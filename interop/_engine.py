@@ -410,8 +410,8 @@ class Engine:
         return fresh
 
     def _take(self, index: int) -> torch.Tensor | None:
-        """Slot ``index``'s buffer, taken from it (under the mutex): its memos retire first,
-        their views pin it."""
+        """The block of slot ``index``'s buffer, taken from it (under the mutex): its memos
+        retire first, their views pin it."""
         self.memos.retire(index)
         return self.buffers.take(index)
 

@@ -39,11 +39,32 @@ def test_an_allocation_is_aligned_exact_and_not_installed_until_asked():
     buffers = _buffers()
     allocation = buffers.allocate(1, 1000, slot=(1, 0))
     assert allocation.buffer.numel() == 1000 and allocation.buffer.data_ptr() % 256 == 0
-    assert buffers.buffer(1) is None and buffers.carvers[1].buffer is None
+    assert buffers.buffer(1) is None and buffers.carvers[1].block is None
     buffers.install(1, allocation)
     assert buffers.buffer(1) is allocation.buffer
-    assert buffers.carvers[1].buffer is allocation.buffer
+    carver = buffers.carvers[1]
+    assert carver.block is allocation.block and carver.start == allocation.start
+    (view,) = carver.carve((0,), (((1000,), torch.uint8),))
+    assert view.data_ptr() == allocation.buffer.data_ptr()
     assert buffers.buffers() == [None, allocation.buffer, None]
+
+
+def test_a_torch_buffer_is_carved_from_its_block_and_sliced_only_when_asked_for():
+    # torch's CPU block is larger than the buffer (it aligns to 64 bytes): a growth carves
+    # from the block and never pays for the exact slice (a tensor as costly as the block).
+    buffers = _buffers()
+    allocation = buffers.allocate(0, 1000)
+    block = allocation.block
+    assert block.numel() == 1000 + 256 - 64 and (block.data_ptr() + allocation.start) % 256 == 0
+    buffers.install(0, allocation)
+    for dtype in (torch.uint8, torch.float16, torch.float32, torch.int64):
+        (view,) = buffers.carvers[0].carve((256,), (((8,), dtype),))
+        assert view.data_ptr() == block.data_ptr() + allocation.start + 256
+    assert allocation._buffer is None  # no slice made
+    buffer = buffers.buffer(0)
+    assert buffer is not None and buffer.numel() == 1000 and buffer.data_ptr() % 256 == 0
+    assert buffer._base is block and buffers.buffer(0) is buffer  # made once
+    assert buffers.take(0) is block and buffers.buffer(0) is None
 
 
 def test_buffers_is_a_new_list_each_time():
@@ -55,12 +76,13 @@ def test_buffers_is_a_new_list_each_time():
 
 def test_taking_a_buffer_empties_the_slot_and_its_carver():
     buffers = _buffers()
-    buffers.install(0, buffers.allocate(0, 512))
+    allocation = buffers.allocate(0, 512)
+    buffers.install(0, allocation)
     carver = buffers.carvers[0]
     taken = buffers.take(0)
-    assert taken is not None and taken.numel() == 512
+    assert taken is allocation.block and taken.numel() >= 512  # the block the buffer is in
     assert buffers.buffer(0) is None and buffers.carvers[0] is not carver
-    assert buffers.carvers[0].buffer is None
+    assert buffers.carvers[0].block is None
     assert buffers.take(0) is None  # nothing left to take
 
 
@@ -69,9 +91,9 @@ def test_a_jax_buffer_keeps_its_owner_while_installed():
     allocation = buffers.allocate(0, 512)
     assert allocation.owner is not None  # the JAX array whose memory the buffer is
     buffers.install(0, allocation)
-    assert buffers._owners[0] is allocation.owner
+    assert buffers.owner(0) is allocation.owner
     buffers.take(0)
-    assert buffers._owners[0] is None
+    assert buffers.owner(0) is None
 
 
 def test_only_an_allocator_that_may_reuse_memory_is_checked_for_overlap():
