@@ -233,13 +233,17 @@ class Engine:
         (capacity 0), and no lock is held (the context is user code).
         """
         old, new, growth, result = planned
-        slots = [slot for slot, _ in growth]
-        indices = [old.index(slot) for slot in slots]
+        slots, indices = [], []
+        for slot, _ in growth:  # (one loop, not comprehensions: each is a call)
+            slots.append(slot)
+            indices.append(old.index(slot))
         emptied = fws.after_failed_growth(old, new, dict.fromkeys(slots, 0))
         with self._mutex:
             if self.state is not old:
                 return False, None, None
-            retired = [self._take(index) for index in indices]
+            retired = []
+            for index in indices:
+                retired.append(self._take(index))
             self.state = emptied
         self._drop(slots, retired)
         del retired
@@ -322,21 +326,36 @@ class Engine:
         """
         allocations: dict[int, Allocation] = {}
         entered = False
+        context = self._alloc_context
         try:
-            with self._alloc_context():
+            if context is nullcontext:  # the default: nothing to enter (three calls saved)
                 entered = True
-                for (slot, nbytes), index in zip(growth, indices, strict=True):
-                    previous = old.slots[index].capacity
-                    allocations[index] = self.buffers.allocate(
-                        index, nbytes, slot=slot, previous=previous, in_use=()
-                    )
+                self._allocate_each(old, growth, indices, allocations)
+            else:
+                with context():
+                    entered = True
+                    self._allocate_each(old, growth, indices, allocations)
         except BaseException as err:  # out of memory, a bad result, a context that raised
             allocations.clear()  # the new buffers go before the old capacities come back
             held, allocations = self._restore(old, growth, indices, entered)
             for slot, nbytes in growth:
                 _explain(err, slot, nbytes, old.capacity(slot), held[slot])
             return held, allocations, err
-        return {slot: nbytes for slot, nbytes in growth}, allocations, None
+        return dict(growth), allocations, None
+
+    def _allocate_each(
+        self,
+        old: WorkspaceState,
+        growth: Growth,
+        indices: list[int],
+        allocations: dict[int, Allocation],
+    ) -> None:
+        """Allocate each growing slot's new buffer into ``allocations`` (by index)."""
+        for (slot, nbytes), index in zip(growth, indices, strict=True):
+            previous = old.slots[index].capacity
+            allocations[index] = self.buffers.allocate(
+                index, nbytes, slot=slot, previous=previous, in_use=()
+            )
 
     def _restore(
         self, old: WorkspaceState, growth: Growth, indices: list[int], in_context: bool
