@@ -41,7 +41,8 @@ class SlotBuffers:
         self.allocator = allocator
         self._alignment = alignment
         self._allocations: list[Allocation | None] = [None] * count
-        self.carvers: list[Carver] = [Carver(None, device) for _ in range(count)]
+        self._no_buffer = Carver(None, device)  # every empty slot's (it holds nothing)
+        self.carvers: list[Carver] = [self._no_buffer] * count
         self.generation = 0
 
     def buffer(self, index: int) -> torch.Tensor | None:
@@ -64,7 +65,7 @@ class SlotBuffers:
         them holds its storage)."""
         allocation = self._allocations[index]
         self._allocations[index] = None
-        self.carvers[index] = Carver(None, self.device)
+        self.carvers[index] = self._no_buffer
         self.generation += 1
         return None if allocation is None else allocation.block
 
