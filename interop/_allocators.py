@@ -317,6 +317,12 @@ class Adaptor(SlotAllocator):
         self.name = upstream.name
         self.releases_first = upstream.releases_first
         self.checks_overlap = upstream.checks_overlap
+        # A method this adaptor does not override is the upstream's own, bound here: a
+        # growth walks the stack once per method, and a frame that only passes the call on
+        # costs it time (the methods below say what passing on means).
+        for method in _PASSED_ON:
+            if getattr(type(self), method) is getattr(Adaptor, method):
+                setattr(self, method, getattr(upstream, method))
 
     def allocate(
         self,
@@ -340,6 +346,9 @@ class Adaptor(SlotAllocator):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.upstream!r})"
+
+
+_PASSED_ON = ("allocate", "release", "report")
 
 
 class RetiredTracking(Adaptor):
