@@ -2,9 +2,10 @@
 memoised views that behave like the original's freshly built ones, for every use it allows.
 
 The original built each view on every call (slice, ``view(dtype)``, ``reshape``); the façade
-carves it once and returns ``carved.view(dtype)`` per call. Each use below runs on a fresh
-setup in both, under every combination of grad mode, no-grad and inference mode for: the
-allocation, the carving, the call, and the use. Where the original's use succeeds, ours
+carves it once and returns ``carved.view(dtype)`` per call, or, for a request seen for the
+first time (two views, or one alone), carves it and returns the same fresh kind of view. Each
+use below runs on a fresh setup in both, under every combination of grad mode, no-grad and
+inference mode for: the allocation, the carving, the call, and the use. Where the original's use succeeds, ours
 must give the same outcome; the differences allowed are listed, with their reasons, in
 ``KNOWN_DIFFERENCES``: introspection of autograd's view bookkeeping, and version counters
 of a buffer allocated in inference mode. Where the original refuses a use, ours may refuse
@@ -18,7 +19,7 @@ import pytest
 import torch
 from _allocators import workspace
 from _helpers import manager
-from _seams import slot_buffer
+from _seams import memo_of, slot_buffer
 from conftest import TEST_DEVICE as DEVICE
 
 from interop._carving import Carver, contiguous_strides, fresh, view_maker
@@ -87,6 +88,28 @@ class Ours:
         return self.ws.get_simultaneous(((8,), torch.uint8), SPEC)[1]
 
 
+class OursFirstSight(Ours):
+    """The façade's miss path: every call is a request never seen before (nothing memoised),
+    its view of ``SPEC`` still at ``OFFSET``."""
+
+    def __init__(self, alloc_mode):
+        super().__init__(alloc_mode)
+        self.calls = 0
+
+    def view(self):
+        self.calls += 1  # ((9,), uint8), ((10,), uint8), ...: each first view ends below 256
+        return self.ws.get_simultaneous(((8 + self.calls,), torch.uint8), SPEC)[1]
+
+
+class OursShortWay(Ours):
+    """The façade's miss path for a single view: the slot forgets what it saw before each
+    call, so the request is never memoised (its view lies at the buffer's start)."""
+
+    def view(self):
+        memo_of(self.ws).seen.clear()
+        return self.ws.get_simultaneous(SPEC)[0]
+
+
 def _attempt(fn):
     try:
         result = fn()
@@ -144,12 +167,15 @@ def _outcome(kind, alloc, carve, call, use, name):
 COMBINATIONS = list(itertools.product(MODES, repeat=4))
 
 
+@pytest.mark.parametrize(
+    "kind", [Ours, OursFirstSight, OursShortWay], ids=["memoised", "first sight", "one view"]
+)
 @pytest.mark.parametrize("name", sorted(USES))
-def test_every_use_the_original_allows_behaves_the_same(name, allocator):
+def test_every_use_the_original_allows_behaves_the_same(name, kind, allocator):
     differences = []
     for alloc, carve, call, use in COMBINATIONS:
         original = _outcome(Original, alloc, carve, call, use, name)
-        ours = _outcome(Ours, alloc, carve, call, use, name)
+        ours = _outcome(kind, alloc, carve, call, use, name)
         if str(original).startswith("refused") or original == ours:
             continue
         differences.append(((alloc, carve, call, use), original, ours))
