@@ -317,7 +317,7 @@ def fit(
         raise InvalidSlotError(
             f"index must be a slot's position, an int from 0 to {len(slots) - 1}, got {index!r}."
         )
-    alignment = state.alignment
+    pad, mask = state.alignment - 1, -state.alignment
     offsets = []
     total = 0
     for n in nbytes:  # the layout rule: back to back, each rounded up to the alignment
@@ -326,13 +326,15 @@ def fit(
                 f"{argname}: a view's byte count must be a non-negative int, got {n!r}."
             )
         offsets.append(total)
-        total += (n + alignment - 1) & -alignment
+        total += (n + pad) & mask
     if total >= MAX_BYTES:
         raise InvalidSpecError(
             f"{argname}: the views need {total} bytes together, which is not below 2**63."
         )
     current = slots[index]
     if total <= current.capacity:  # it fits: the usual case
+        if total <= current.high_water and current.retained is None:
+            return state, tuple(offsets), total, ()  # _after_acquire would change nothing
         after = _after_acquire(current, total)
         new = state if after is current else with_slot(state, index, after)
         return new, tuple(offsets), total, ()
