@@ -334,13 +334,11 @@ class WorkspaceManager(Reservations, PersistentResources, Displays):
             if canon is not specs:
                 return self.get_simultaneous(*canon)
             admitted: bool | None = False  # the core explains what is wrong with it
-        elif memo is not None and memo.old and memo.promote(specs) is not None:
+        elif memo.old and memo.promote(specs) is not None:  # (a memo: nbytes is not None)
             return self.get_simultaneous(*specs)  # kept in the old generation
-        elif memo is not None and memo.admits(specs):  # seen before: worth memoising
+        elif memo.admits(specs):  # seen before: worth memoising
             admitted = True
         else:
-            if memo is None:  # the hot path found none: the slot is looked up (or explained)
-                memo = self._memos.acquired[self._engine.state.index(slot)]
             # The short way, written out here (the miss path): the engine's fit_and_carve,
             # nothing memoised.
             views = self._engine.fit_and_carve(memo.index, nbytes, specs)

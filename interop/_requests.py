@@ -49,9 +49,12 @@ def plain_nbytes(specs: tuple[Any, ...]) -> list[int] | None:
     """
     sizes = []
     for spec in specs:
-        if type(spec) is not tuple or len(spec) != 2:
+        if type(spec) is not tuple:
             return None
-        shape, dtype = spec
+        try:
+            shape, dtype = spec
+        except ValueError:  # not a pair
+            return None
         if type(shape) is not tuple or type(dtype) is not _DTYPE:
             return None
         nbytes = dtype.itemsize
