@@ -13,7 +13,7 @@ autograd's in-place checks. (A buffer allocated in inference mode is an inferenc
 and so are its views, as in the original.)
 
 Carved views share a base (the alias): they are memoised, never handed out. A caller gets
-``carved.view(carved.dtype)`` of each (:func:`fresh`, :func:`view_maker`): a new tensor
+``carved.view(dtype)`` of each (:func:`fresh`, :func:`view_maker`): a new tensor
 over the same memory with no view relation to the alias (``view(dtype)`` records none), as
 the original's result had; so what a caller does to it (``resize_``, ``set_``,
 ``requires_grad_``, an in-place op under autograd) never reaches the alias or another
@@ -150,16 +150,17 @@ def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(strides)
 
 
-def fresh(views: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-    """A new tensor over each of ``views`` (``view.view(view.dtype)``): no view relation to
-    the shared alias, so what a caller does to it reaches no other call's views."""
+def fresh(views: Sequence[torch.Tensor], requests: Sequence[tuple[Any, Any]]) -> list[torch.Tensor]:
+    """A new tensor over each of ``views``, carved for ``requests`` (``view.view(dtype)``):
+    no view relation to the shared alias, so what a caller does to it reaches no other
+    call's views. (Each dtype is read from its request: cheaper than the view's own.)"""
     if len(views) == 1:  # the usual sizes, unrolled (a comprehension is a call)
-        (a,) = views
-        return [a.view(a.dtype)]
+        (a,), ((_, da),) = views, requests
+        return [a.view(da)]
     if len(views) == 3:
-        a, b, c = views
-        return [a.view(a.dtype), b.view(b.dtype), c.view(c.dtype)]
-    return [view.view(view.dtype) for view in views]
+        (a, b, c), ((_, da), (_, db), (_, dc)) = views, requests
+        return [a.view(da), b.view(db), c.view(dc)]
+    return [view.view(dtype) for view, (_, dtype) in zip(views, requests, strict=True)]
 
 
 def view_maker(carved: Sequence[torch.Tensor]) -> Callable[[], list[torch.Tensor]]:

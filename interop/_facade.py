@@ -345,10 +345,10 @@ class WorkspaceManager(Reservations, PersistentResources, Displays):
             if memo.dead:  # this call grew the slot: its memo was replaced
                 memo = self._memos.acquired[memo.index]
             memo.last = (slot, specs)  # what the pictures draw
-            if len(views) == 1:  # fresh(views), unrolled for the usual single view
+            if len(views) == 1:  # fresh(views, specs), unrolled for the usual single view
                 (view,) = views
-                return [view.view(view.dtype)]
-            return fresh(views)
+                return [view.view(specs[0][1])]
+            return fresh(views, specs)
         served = self._server.acquire(specs, slot, admitted)
         if served is None:  # the slot grew since the views were carved: serve it again
             return self.get_simultaneous(*specs)

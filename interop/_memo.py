@@ -165,7 +165,7 @@ def memoise(
     asked yet, ask now); fresh views of them either way."""
     memo.last = layout
     if admitted is False or not is_plain(specs) or not (admitted or memo.admits(specs)):
-        return fresh(carved)
+        return fresh(carved, [(spec.shape, spec.dtype) for spec in layout.specs])
     layout = layout.without_growth()  # as a replay will see it (the identity protocol)
     memo.last = layout
     make = view_maker(carved)

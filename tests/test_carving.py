@@ -3,13 +3,13 @@ memoised views that behave like the original's freshly built ones, for every use
 
 The original built each view on every call (slice, ``view(dtype)``, ``reshape``); the façade
 carves it once and returns ``carved.view(dtype)`` per call, or, for a request seen for the
-first time (two views, or one alone), carves it and returns the same fresh kind of view. Each
-use below runs on a fresh setup in both, under every combination of grad mode, no-grad and
-inference mode for: the allocation, the carving, the call, and the use. Where the original's use succeeds, ours
-must give the same outcome; the differences allowed are listed, with their reasons, in
-``KNOWN_DIFFERENCES``: introspection of autograd's view bookkeeping, and version counters
-of a buffer allocated in inference mode. Where the original refuses a use, ours may refuse
-it too or allow it.
+first time (two views, or one alone), carves it and returns the same fresh kind of view.
+Each use below runs on a fresh setup in both, under every combination of grad mode, no-grad
+and inference mode for: the allocation, the carving, the call, and the use. Where the
+original's use succeeds, ours must give the same outcome; the differences allowed are
+listed, with their reasons, in ``KNOWN_DIFFERENCES``: introspection of autograd's view
+bookkeeping, and version counters of a buffer allocated in inference mode. Where the
+original refuses a use, ours may refuse it too or allow it.
 """
 
 import contextlib
@@ -286,7 +286,7 @@ def test_contiguous_strides_are_torchs(shape):
 def test_fresh_views_are_new_leaves_over_the_same_bytes(count):
     base = torch.zeros(64, dtype=U8)
     carved = [base[16 * i : 16 * i + 16].view(F32) for i in range(count)]
-    views = fresh(carved)
+    views = fresh(carved, [((4,), F32)] * count)
     assert [(v.data_ptr(), v.shape, v.dtype) for v in views] == [
         (c.data_ptr(), c.shape, c.dtype) for c in carved
     ]
