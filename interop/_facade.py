@@ -269,14 +269,18 @@ class WorkspaceManager(Reservations, PersistentResources, Displays):
         memo: Any  # a Memo, None once dropped (no annotation is evaluated at run time)
         try:  # lane and ubatch are non-negative ints: too large raises IndexError
             memo = self._acquired_at[ubatch][lane]
-            entry = memo.get(shapes_and_dtypes)  # None when absent (then the old generation)
         except IndexError:  # a slot not configured
             entry = memo = None
-        except TypeError:  # unhashable: a shape spelled as a list of ints, or a bad request
-            entry = memo = None
-            tupled = listed_as_tuples(shapes_and_dtypes)
-            if tupled is not None:  # served as the tuples it lists (their memo entry)
-                return self.get_simultaneous(*tupled)
+        else:
+            try:
+                entry = memo.get(shapes_and_dtypes)  # None when absent (then the old one's)
+            except TypeError:  # unhashable: a shape spelled as a list of ints, or not a request
+                tupled = listed_as_tuples(shapes_and_dtypes)
+                if tupled is None:  # the slow path makes it canonical, or explains it
+                    entry = memo = None
+                else:  # served as the tuples it lists, from their memo entry
+                    shapes_and_dtypes = tupled
+                    entry = memo.get(tupled)
         if entry is not None:
             for shape, _ in shapes_and_dtypes:
                 for dim in shape:  # a NumPy int is served as the int it equals
