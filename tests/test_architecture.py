@@ -154,24 +154,48 @@ def test_nothing_below_the_facade_imports_it():
     assert not {m: deps for m, deps in below.items() if deps}
 
 
-def _takes_a_lock(path: Path) -> bool:
-    """Whether ``path`` enters a lock held by ``self`` (``with self._mutex:`` and kin)."""
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.With):
-            for item in node.items:
-                expr = item.context_expr
-                if (
-                    isinstance(expr, ast.Attribute)
-                    and isinstance(expr.value, ast.Name)
-                    and expr.value.id == "self"
-                    and "mutex" in expr.attr
-                ):
-                    return True
+def _is_own_mutex(expr: ast.expr) -> bool:
+    """Whether ``expr`` is a mutex reached from ``self`` (``self._mutex``, ``self.x._mutex``)."""
+    if not (isinstance(expr, ast.Attribute) and "mutex" in expr.attr):
+        return False
+    while isinstance(expr, ast.Attribute):
+        expr = expr.value
+    return isinstance(expr, ast.Name) and expr.id == "self"
+
+
+def _takes_a_lock(source: str) -> bool:
+    """Whether ``source`` takes a lock reached from ``self``: ``with self._mutex:`` or
+    ``self._mutex.acquire()`` (and the same through an attribute, ``self.engine._mutex``)."""
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.With) and any(_is_own_mutex(i.context_expr) for i in node.items):
+            return True
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "acquire"
+            and _is_own_mutex(node.func.value)
+        ):
+            return True
     return False
 
 
+def test_the_lock_finder_finds_each_way_of_taking_the_mutex():
+    samples = {
+        "with self._mutex:\n    pass": True,
+        "self._mutex.acquire()": True,
+        "self.engine._mutex.acquire(timeout=1)": True,
+        "with self._engine._mutex, open(f):\n    pass": True,
+        "self._mutex.release()": False,
+        "other._mutex.acquire()": False,
+        "with self._lock:\n    pass": False,
+    }
+    assert {code: _takes_a_lock(code) for code in samples} == samples
+
+
 def test_only_the_engine_takes_the_managers_mutex():
-    takers = sorted(p.name for p in SHELL.glob("*.py") if _takes_a_lock(p))
+    takers = sorted(
+        p.name for p in SHELL.glob("*.py") if _takes_a_lock(p.read_text(encoding="utf-8"))
+    )
     assert takers == ["_engine.py"]
 
 
