@@ -112,21 +112,22 @@ class Carver:
         not a multiple of the itemsize (then views are sliced instead)."""
         block = self.block
         alias = None
-        itemsize = dtype.itemsize
-        if block is not None and block.storage_offset() % itemsize == 0:
+        if block is not None:
+            itemsize = dtype.itemsize
+            offset = int(block.storage_offset())
             start, remainder = divmod(self.start, itemsize)
-            numel = block.numel()
-            usable = numel - numel % itemsize
-            try:
-                if remainder:
-                    alias = None
-                elif dtype is torch.uint8:
-                    alias = (block, int(block.storage_offset()) + start, 1)
-                else:
+            if offset % itemsize or remainder:
+                alias = None
+            elif dtype is torch.uint8:  # the block itself
+                alias = (block, offset + start, 1)
+            else:
+                numel = block.numel()
+                usable = numel - numel % itemsize
+                try:
                     typed = (block if usable == numel else block[:usable]).view(dtype)
                     alias = (typed, int(typed.storage_offset()) + start, itemsize)
-            except RuntimeError:  # a dtype torch cannot view bytes as: slice instead
-                alias = None
+                except RuntimeError:  # a dtype torch cannot view bytes as: slice instead
+                    alias = None
         self._aliases[dtype] = alias
         return alias
 
