@@ -370,9 +370,10 @@ class RetiredTracking(Adaptor):
         self.upstream.release(slot, buffer)
 
     def report(self) -> None:
-        queued, self._queued = self._queued, []
-        for record in queued:
-            self.retired.report(record)
+        if self._queued:
+            queued, self._queued = self._queued, []
+            for record in queued:
+                self.retired.report(record)
         self.upstream.report()
 
 
@@ -402,7 +403,9 @@ class ResizeLog(Adaptor):
         return allocation
 
     def report(self) -> None:
-        queued, self._queued = self._queued, []
+        queued = self._queued
+        if queued:
+            self._queued = []
         for origin, slot, before, after in queued:
             logger.info(
                 "[WORKSPACE DEBUG] Resized workspace from '%s': %.2f MB -> %.2f MB "
