@@ -278,6 +278,15 @@ class Memo(dict[Hashable, Any]):
         with contextlib.suppress(TypeError):
             self[key] = entry
 
+    def succeeded(self) -> Memo:
+        """This memo, dead (its entries dropped: their views pin the old buffer), and its
+        :meth:`successor`."""
+        fresh = self.successor()
+        self.dead = True
+        self.clear()
+        self.old.clear()
+        return fresh
+
     def successor(self) -> Memo:
         """A new, empty memo for the same slot once this one's buffer is replaced: it keeps
         what pictures draw (``last``), what was seen once and the limit. (Built without
@@ -319,16 +328,10 @@ class Memos:
         buffer) and fresh ones, which keep what pictures draw and what was seen, take over.
         Called before the state that describes the new buffer is published."""
         ubatch, lane = divmod(index, self.num_lanes)
-        for memos, by_slot in (
-            (self.acquired, self.acquired_at),
-            (self.retained, self.retained_at),
-        ):
-            dead = memos[index]  # replaced even when empty: a call that carved from the
-            fresh = dead.successor()  # old buffer may still try to insert its entry there
-            dead.dead = True
-            dead.clear()
-            dead.old.clear()
-            memos[index] = by_slot[ubatch][lane] = fresh
+        # Replaced even when empty: a call that carved from the old buffer may still try to
+        # insert its entry there.
+        self.acquired[index] = self.acquired_at[ubatch][lane] = self.acquired[index].succeeded()
+        self.retained[index] = self.retained_at[ubatch][lane] = self.retained[index].succeeded()
 
 
 def _by_slot(memos: list[Memo], num_lanes: int) -> list[list[Memo]]:
