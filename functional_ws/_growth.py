@@ -12,6 +12,7 @@ from typing import Any
 
 from ._errors import (
     InvalidPlanError,
+    InvalidSlotError,
     InvalidSpecError,
 )
 from ._layout import Growth
@@ -210,3 +211,36 @@ def after_failed_growth(
             )
         slots[index] = make_slot(capacity, before.high_water, growths, None, before.persistent_keys)
     return with_slots(base, tuple(slots))
+
+
+def emptied(state: WorkspaceState, indices: Iterable[int]) -> WorkspaceState:
+    """The state while the slots at ``indices`` hold no buffer: what a shell publishes
+    between releasing their old buffers and installing the new ones of a growth.
+
+    Each of those slots has capacity 0 and nothing retained, and keeps its high-water
+    mark, its count of allocations and its persistent keys: what
+    :func:`after_failed_growth` gives for a growth of those slots in which every slot was
+    left without a buffer (``held`` all 0), whatever the growth planned. In index terms, for
+    the shell's growth path (a test pins the equality).
+
+    Raises:
+        InvalidSlotError: (``ValueError``) an index that is not a slot's position.
+
+    Example:
+        >>> import numpy as np
+        >>> from functional_ws import acquire, initial_state
+        >>> s, _ = acquire(initial_state(), (0, 0), ((512,), np.dtype("uint8")))
+        >>> empty = emptied(s, [0])
+        >>> empty.capacity((0, 0)), empty.slots[0].high_water, empty.slots[0].growths
+        (0, 512, 1)
+    """
+    slots = list(state.slots)
+    for index in indices:
+        if type(index) is not int or not 0 <= index < len(slots):
+            raise InvalidSlotError(
+                f"indices: each must be a slot's position, an int from 0 to {len(slots) - 1}, "
+                f"got {index!r}."
+            )
+        before = slots[index]
+        slots[index] = make_slot(0, before.high_water, before.growths, None, before.persistent_keys)
+    return with_slots(state, tuple(slots))

@@ -44,6 +44,7 @@ import torch
 
 import functional_ws as fws
 from functional_ws import Growth, Slot, WorkspaceLockedError, WorkspaceState
+from functional_ws.fast_paths import emptied as emptied_slots
 from functional_ws.fast_paths import fit
 
 from ._allocators import Allocation
@@ -248,7 +249,7 @@ class Engine:
         for slot, _ in growth:  # (one loop, not comprehensions: each is a call)
             slots.append(slot)
             indices.append(old.index(slot))
-        emptied = fws.after_failed_growth(old, new, dict.fromkeys(slots, 0))
+        emptied = emptied_slots(old, indices)  # after_failed_growth with every slot at 0
         self._mutex.acquire()
         try:
             if self.state is not old:

@@ -1,5 +1,6 @@
 """Transitions keep the original's semantics exactly (seeds/000: get_simultaneous etc.)."""
 
+import dataclasses
 import itertools
 
 import numpy as np
@@ -8,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import functional_ws as fws
-from functional_ws.fast_paths import fit, replay_acquire, replay_retain
+from functional_ws.fast_paths import emptied, fit, replay_acquire, replay_retain
 from functional_ws.testing import spec_lists
 
 U8, I8, F16, F32 = (np.dtype(n) for n in ("uint8", "int8", "float16", "float32"))
@@ -261,3 +262,28 @@ def test_a_hand_made_view_spec_cannot_lie_about_its_bytes():
     spec = fws.ViewSpec((2**40,), U8, 1, 2**40)  # a consistent one is planned at its size
     s, layout = fws.acquire(fws.initial_state(), S, spec)
     assert layout.total == 2**40 and s.capacity(S) == 2**40
+
+
+@given(reachable_states(), spec_lists(min_size=1, max_size=2), st.integers(0, 1), st.booleans())
+def test_emptied_is_a_growth_that_left_every_slot_without_a_buffer(state, specs, ubatch, spread):
+    """``emptied`` of the growing slots equals ``after_failed_growth`` with every held 0."""
+    state = fws.unlock(state)
+    if spread:  # the "ubatches" policy: one request grows several slots
+        state = dataclasses.replace(state, growth="ubatches")
+    planned, layout = fws.acquire(state, (ubatch, 0), *specs)
+    slots = [slot for slot, _ in layout.growth]
+    bare = emptied(state, [state.index(slot) for slot in slots])
+    assert bare == fws.after_failed_growth(state, planned, dict.fromkeys(slots, 0))
+    for i, (before, after) in enumerate(zip(state.slots, bare.slots, strict=True)):
+        if state.slot_of(i) in slots:
+            assert after.capacity == 0 and after.retained is None
+            assert after.high_water == before.high_water and after.growths == before.growths
+        else:
+            assert after is before
+    assert emptied(state, []) == state
+
+
+@pytest.mark.parametrize("bad", [-1, 2, True, 1.0, None])
+def test_emptied_refuses_an_index_that_is_not_a_slots_position(bad):
+    with pytest.raises(fws.InvalidSlotError, match="indices"):
+        emptied(fws.initial_state(num_ubatches=2), [bad])
