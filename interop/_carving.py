@@ -164,27 +164,30 @@ def fresh(views: Sequence[torch.Tensor], requests: Sequence[tuple[Any, Any]]) ->
     return [view.view(dtype) for view, (_, dtype) in zip(views, requests, strict=True)]
 
 
-def view_maker(carved: Sequence[torch.Tensor]) -> Callable[[], list[torch.Tensor]]:
-    """A function of no arguments returning fresh views of ``carved``, one per tensor (a
-    memo entry keeps it; unrolled for the usual sizes).
+def view_maker(
+    carved: Sequence[torch.Tensor], requests: Sequence[tuple[Any, Any]]
+) -> Callable[[], list[torch.Tensor]]:
+    """A function of no arguments returning fresh views of ``carved`` (carved for
+    ``requests``), one per tensor (a memo entry keeps it; unrolled for the usual sizes).
 
     Example:
         >>> import torch
         >>> base = torch.zeros(8, dtype=torch.uint8)
-        >>> make = view_maker([base[:4].view(torch.int32), base[4:]])
+        >>> carved = [base[:4].view(torch.int32), base[4:]]
+        >>> make = view_maker(carved, [((1,), torch.int32), ((4,), torch.uint8)])
         >>> first, second = make()
         >>> first.dtype, second.shape, make()[0] is first
         (torch.int32, torch.Size([4]), False)
     """
-    views = tuple(carved)
-    dtypes = tuple(v.dtype for v in views)
-    if len(views) == 1:
-        (a,), (da,) = views, dtypes
+    if len(carved) == 1:
+        (a,), ((_, da),) = carved, requests
         return lambda: [a.view(da)]
-    if len(views) == 2:
-        (a, b), (da, db) = views, dtypes
+    if len(carved) == 2:
+        (a, b), ((_, da), (_, db)) = carved, requests
         return lambda: [a.view(da), b.view(db)]
-    if len(views) == 3:
-        (a, b, c), (da, db, dc) = views, dtypes
+    if len(carved) == 3:
+        (a, b, c), ((_, da), (_, db), (_, dc)) = carved, requests
         return lambda: [a.view(da), b.view(db), c.view(dc)]
+    views = tuple(carved)
+    dtypes = tuple(dtype for _, dtype in requests)
     return lambda: list(map(_view, views, dtypes))

@@ -31,7 +31,6 @@ comes before it).
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable, Hashable
 from typing import Any, Protocol
 
@@ -168,7 +167,7 @@ def memoise(
         return fresh(carved, [(spec.shape, spec.dtype) for spec in layout.specs])
     layout = layout.without_growth()  # as a replay will see it (the identity protocol)
     memo.last = layout
-    make = view_maker(carved)
+    make = view_maker(carved, specs)  # plain: (shape, dtype) pairs
     entry = AcquiredEntry(layout, make, carved[0] if len(carved) == 1 else None)
     entry.state = state  # a replay would leave this state unchanged
     memo.remember(specs, entry)  # if a growth killed this memo meanwhile: unused
@@ -275,8 +274,10 @@ class Memo(dict[Hashable, Any]):
         if len(self) >= self.limit // 2:
             self.old = dict(self)
             self.clear()
-        with contextlib.suppress(TypeError):
+        try:  # noqa: SIM105 - contextlib.suppress's three calls cost more than the insertion
             self[key] = entry
+        except TypeError:  # unhashable: served, not memoised
+            pass
 
     def succeeded(self) -> Memo:
         """This memo, dead (its entries dropped: their views pin the old buffer), and its

@@ -53,7 +53,8 @@ class Server:
             Fresh views; ``None`` when the slot's buffer was replaced after they were
             carved (serve the request again).
         """
-        check_torch_dtypes(specs)  # the façade's word on a dtype that is not torch's
+        if not admitted:  # (an admitted request is plain: its dtypes are torch's)
+            check_torch_dtypes(specs)  # the façade's word on a dtype that is not torch's
         engine, memos = self.engine, self.memos
 
         def transition(state: WorkspaceState) -> tuple[WorkspaceState, Growth, fws.Layout]:
@@ -62,7 +63,8 @@ class Server:
 
         def finish(layout: fws.Layout) -> tuple[Any, ...]:
             # Under the engine's mutex: carved from the buffers the new state describes.
-            pairs = [(spec.shape, spec.dtype) for spec in layout.specs]
+            # An admitted request is plain: its own pairs are the specs' (shape, dtype).
+            pairs = specs if admitted else [(spec.shape, spec.dtype) for spec in layout.specs]
             carved = engine.buffers.carvers[layout.index].carve(layout.offsets, pairs)
             return layout, carved, memos.acquired[layout.index], engine.state
 

@@ -301,7 +301,7 @@ def test_a_view_maker_makes_fresh_views_each_call(count):
     base = torch.zeros(64, dtype=U8)
     dtypes = [F32, torch.int16, U8, torch.int32][:count]
     carved = [base[16 * i : 16 * i + 16].view(d) for i, d in enumerate(dtypes)]
-    make = view_maker(carved)
+    make = view_maker(carved, [((16 // d.itemsize,), d) for d in dtypes])
     first, second = make(), make()
     assert [v.dtype for v in first] == dtypes and len(second) == count
     assert [v.data_ptr() for v in first] == [c.data_ptr() for c in carved]
