@@ -79,7 +79,16 @@ class Carver:
             offset = offsets[0]
             if alias is not None and not offset % alias[2]:
                 start = alias[1] + offset // alias[2]
-                return [_as_strided(alias[0], shape, contiguous_strides(shape), start)]
+                # contiguous_strides, inlined for the shapes the miss path sees most (a call
+                # saved; tests/test_carving.py pins the strides to torch's)
+                rank = len(shape)
+                if rank == 2:
+                    strides: tuple[int, ...] = (shape[1] or 1, 1)
+                elif rank == 1:
+                    strides = (1,)
+                else:
+                    strides = contiguous_strides(shape)
+                return [_as_strided(alias[0], shape, strides, start)]
         views = []
         for offset, (shape, dtype) in zip(offsets, requests, strict=False):  # equal lengths
             alias = aliases.get(dtype, _UNKNOWN)

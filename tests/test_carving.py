@@ -280,6 +280,9 @@ def test_views_carved_in_inference_mode_are_not_inference_tensors():
 )
 def test_contiguous_strides_are_torchs(shape):
     assert contiguous_strides(shape) == torch.empty(shape).stride()
+    # and a single view's, which Carver.carve works out inline for one and two dims
+    (view,) = Carver(torch.zeros(512, dtype=U8), CPU).carve((0,), ((shape, F32),))
+    assert view.stride() == torch.empty(shape).stride() and view.shape == shape
 
 
 @pytest.mark.parametrize("count", [1, 2, 3, 4])
