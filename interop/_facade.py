@@ -286,7 +286,7 @@ class WorkspaceManager(Reservations, PersistentResources, Displays):
                 for dim in shape:  # a NumPy int is served as the int it equals
                     if type(dim) is not int and type(dim) not in NUMPY_INTS:
                         entry = memo = None  # equal to a memoised request, not plain
-                        return self._acquire(shapes_and_dtypes, (ubatch, lane), None)
+                        return self._acquire(shapes_and_dtypes, (ubatch, lane))
             engine = self._engine
             state = engine.state
             if entry.state is state:
@@ -297,10 +297,27 @@ class WorkspaceManager(Reservations, PersistentResources, Displays):
                 return entry.fresh()  # type: ignore[no-any-return]
             if replay_and_swap(engine, memo, entry, state) is not None:
                 return entry.fresh()  # type: ignore[no-any-return]
-        # The slow path may replace this slot's buffer; a memo holds no views once it is
+        # The slow paths may replace this slot's buffer; a memo holds no views once it is
         # dead (a growth clears it), so keeping it pins nothing.
         entry = None
-        return self._acquire(shapes_and_dtypes, (ubatch, lane), memo)
+        slot = (ubatch, lane)
+        nbytes = None if memo is None else plain_nbytes(shapes_and_dtypes)
+        if nbytes is None:  # spelled otherwise, not a request, or a slot not configured
+            return self._acquire(shapes_and_dtypes, slot)
+        if memo.old and memo.promote(shapes_and_dtypes) is not None:
+            return self.get_simultaneous(*shapes_and_dtypes)  # kept in the old generation
+        if memo.admits(shapes_and_dtypes):  # seen before: planned by the core and memoised
+            return self._serve(shapes_and_dtypes, slot, True)
+        # Seen for the first time (the miss path): the short way, written out here (the
+        # engine's fit_and_carve, a call fewer), nothing memoised.
+        views = self._engine.fit_and_carve(memo.index, nbytes, shapes_and_dtypes)
+        if memo.dead:  # this call grew the slot: its memo was replaced
+            memo = self._memos.acquired[memo.index]
+        memo.last = (slot, shapes_and_dtypes)  # what the pictures draw
+        if len(views) == 1:  # fresh(views, specs), unrolled for the usual single view
+            (view,) = views
+            return [view.view(shapes_and_dtypes[0][1])]
+        return fresh(views, shapes_and_dtypes)
 
     def try_get_simultaneous(
         self, *shapes_and_dtypes: tuple[tuple[int, ...], torch.dtype]
@@ -325,34 +342,20 @@ class WorkspaceManager(Reservations, PersistentResources, Displays):
         except fws.WorkspaceLockedError:
             return None
 
-    def _acquire(
-        self, specs: tuple[Any, ...], slot: tuple[int, int], memo: Any
+    def _acquire(self, specs: tuple[Any, ...], slot: tuple[int, int]) -> list[torch.Tensor]:
+        """The slow path of :meth:`get_simultaneous` for a request that is not in its plain
+        form: served as its canonical form (lists, ``torch.Size``, NumPy ints), or, when it
+        has none, by the core, which explains what is wrong with it."""
+        canon = canonical(specs)
+        if canon is not specs:
+            return self.get_simultaneous(*canon)
+        return self._serve(specs, slot, False)
+
+    def _serve(
+        self, specs: tuple[Any, ...], slot: tuple[int, int], admitted: bool
     ) -> list[torch.Tensor]:
-        """The slow path of :meth:`get_simultaneous` (``memo``: the slot's memo, where the
-        hot path found it): a request spelled otherwise is served as its canonical form; one
-        seen for the first time takes the short way, nothing memoised; one seen before is
-        planned by the core and memoised (``_serving.py``)."""
-        nbytes = None if memo is None else plain_nbytes(specs)  # no memo: unhashable
-        if nbytes is None:  # spelled otherwise: made canonical (lists, torch.Size, NumPy)
-            canon = canonical(specs)
-            if canon is not specs:
-                return self.get_simultaneous(*canon)
-            admitted: bool | None = False  # the core explains what is wrong with it
-        elif memo.old and memo.promote(specs) is not None:  # (a memo: nbytes is not None)
-            return self.get_simultaneous(*specs)  # kept in the old generation
-        elif memo.admits(specs):  # seen before: worth memoising
-            admitted = True
-        else:
-            # The short way, written out here (the miss path): the engine's fit_and_carve,
-            # nothing memoised.
-            views = self._engine.fit_and_carve(memo.index, nbytes, specs)
-            if memo.dead:  # this call grew the slot: its memo was replaced
-                memo = self._memos.acquired[memo.index]
-            memo.last = (slot, specs)  # what the pictures draw
-            if len(views) == 1:  # fresh(views, specs), unrolled for the usual single view
-                (view,) = views
-                return [view.view(specs[0][1])]
-            return fresh(views, specs)
+        """``specs`` planned by the core (``_serving.py``), memoised when ``admitted`` (a
+        plain request seen before)."""
         served = self._server.acquire(specs, slot, admitted)
         if served is None:  # the slot grew since the views were carved: serve it again
             return self.get_simultaneous(*specs)
