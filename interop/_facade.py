@@ -275,12 +275,16 @@ class WorkspaceManager(Reservations, PersistentResources, Displays):
             try:
                 entry = memo.get(shapes_and_dtypes)  # None when absent (then the old one's)
             except TypeError:  # unhashable: a shape spelled as a list of ints, or not a request
+                entry = None
                 tupled = listed_as_tuples(shapes_and_dtypes)
+                try:  # served as the tuples it lists, from their memo entry
+                    entry = None if tupled is None else memo.get(tupled)
+                except TypeError:  # something else is unhashable (a dtype)
+                    tupled = None
                 if tupled is None:  # the slow path makes it canonical, or explains it
-                    entry = memo = None
-                else:  # served as the tuples it lists, from their memo entry
+                    memo = None
+                else:
                     shapes_and_dtypes = tupled
-                    entry = memo.get(tupled)
         if entry is not None:
             for shape, _ in shapes_and_dtypes:
                 for dim in shape:  # a NumPy int is served as the int it equals

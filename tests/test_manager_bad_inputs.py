@@ -96,6 +96,11 @@ CASES = [
     ("numpy-bool-dim", lambda ws: ws.get_simultaneous(((np.bool_(True),), F32)), False,
      ValueError, ["True"]),
     ("list-float-dim", lambda ws: ws.get_simultaneous(([1.5], F32)), False, ValueError, ["1.5"]),
+    # a list shape (converted on the hot path) beside a dtype that cannot be hashed
+    ("list-shape-list-dtype", lambda ws: ws.get_simultaneous(([2, 3], [1])), False, ValueError,
+     ["dtype", "[1]"]),
+    ("list-shape-dict-dtype", lambda ws: ws.get_simultaneous(([2], {"a": 1})), False,
+     ValueError, ["dtype", "{'a': 1}"]),
     ("retain-tensor-dim", lambda ws: ws.get_retained("kv", (torch.tensor(2),), U8), False,
      ValueError, ["int(t)"]),
     ("int-shape", lambda ws: ws.get_simultaneous((3, F32)), False, ValueError, ["(3,)"]),
