@@ -58,13 +58,24 @@ SPELLED = dict.fromkeys(
 SPELLED_SLACK = 1.1
 
 
+#: What CPython alone charges a spelling, nothing of ours: a dict lookup of the spelled
+#: request in a dict holding its tuple form (for a list, the hash that raises and its catch).
+#: The "vs tuple" column cannot go below 1 + (this lookup's cost beyond the tuple's) / (the
+#: tuple's repeat): printed as each spelling's floor.
+FLOORS = {
+    "x1, shape a list": "try:\n    memo.get((([t, h], bf16),))\nexcept TypeError:\n    pass",
+    "x1, NumPy int dims": "memo.get((((nt, nh), bf16),))",
+}
+FLOOR_TUPLE = "memo.get((((t, h), bf16),))"
+
 #: Locals the statements build the requests above from (bound per batch, outside the loop).
 LOCALS = (
     "bf16, f16, f32, i32 = torch.bfloat16, torch.float16, torch.float32, torch.int32\n"
     f"(t, h), (_, k), (r, c), (s,) = {SPECS_3[0][0]}, {SPECS_3[2][0]}, {RETAINED[1]}, "
     f"{PERSISTENT[1]}\n"
     "x = torch.empty((t, h), dtype=bf16, device='meta')\n"  # x.shape, as torch code spells it
-    "import numpy; nt, nh = numpy.int64(t), numpy.int64(h)"  # dims NumPy code computed
+    "import numpy; nt, nh = numpy.int64(t), numpy.int64(h)\n"  # dims NumPy code computed
+    "memo = {(((t, h), bf16),): None}"  # the floors' dict (FLOORS)
 )
 #: The requests (one view, three views), and what a caller would do instead: torch.empty.
 X1 = "((t, h), bf16)"
@@ -130,13 +141,19 @@ def build_cases(device: torch.device, calls: int | None = None) -> dict[str, dic
         manager.get_simultaneous(*SPECS_3)
         manager.lock()
     names = {"ours": ours, "base": base, "torch": torch, "device": device}
-    return {
+    cases = {
         case: {
             name: statement_sampler(stmt, names, setup=LOCALS, calls=calls)
             for name, stmt in by_name.items()
         }
         for case, by_name in STATEMENTS.items()
     }
+    floors = {"tuple": FLOOR_TUPLE, **FLOORS}
+    cases["floors"] = {
+        name: statement_sampler(stmt, names, setup=LOCALS, calls=calls)
+        for name, stmt in floors.items()
+    }
+    return cases
 
 
 def measure(
@@ -145,11 +162,13 @@ def measure(
     """Per case: the best per-call µs of each candidate over rounds, and their ratios.
 
     Returns:
-        ``{case: {candidate: µs, ..., "ratio": ours/baseline, "ratio_empty": ours/empty}}``;
+        ``{case: {candidate: µs, ..., "ratio": ours/baseline, "ratio_empty": ours/empty}}``,
+        with "vs_tuple" for a spelled case (and "floor", the least CPython allows it);
         each ratio is ours' best round over the other's best round.
     """
     cases = build_cases(device, calls)
     samples = run_rounds(cases, rounds)
+    floors = {name: min(values) for name, values in samples.pop("floors").items()}
     results: dict[str, dict[str, float]] = {}
     for case, by_name in samples.items():
         best = {name: min(values) for name, values in by_name.items()}
@@ -161,6 +180,9 @@ def measure(
         spelled, tupled = results[case], results[plain]
         mine = spelled["ours"] - spelled["spelling"]
         spelled["vs_tuple"] = mine / (tupled["ours"] - tupled["spelling"])
+        if case in FLOORS:  # what the lookup alone adds, the spelling's own cost aside
+            extra = (floors[case] - spelled["spelling"]) - (floors["tuple"] - tupled["spelling"])
+            spelled["floor"] = 1 + extra / (tupled["ours"] - tupled["spelling"])
     return results
 
 
@@ -205,6 +227,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, float]]:
     )
     for line in report(results):
         print(line)
+    floors = ", ".join(f"{c} {m['floor']:.2f}" for c, m in results.items() if "floor" in m)
+    print(f"floor of 'vs tuple' that CPython's dict lookup alone sets (no code of ours): {floors}")
     return results
 
 

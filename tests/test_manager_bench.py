@@ -23,6 +23,9 @@ def test_quick_run_prints_every_case_and_returns_medians(capsys):
         assert medians["ours"] > 0 and medians["baseline"] > 0 and medians["ratio"] > 0
         assert case in out
     assert "ratio_empty" in results["get_simultaneous x3"]
+    for spelled in bench_hot_path.FLOORS:  # what CPython's lookup alone costs each spelling
+        assert results[spelled]["floor"] > 0 and "vs_tuple" in results[spelled]
+    assert "floor of 'vs tuple'" in out
 
 
 def _run(statement: str, **names: object) -> object:
