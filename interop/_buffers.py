@@ -101,6 +101,27 @@ class SlotBuffers:
             nbytes, self.device, self._alignment, in_use=in_use, slot=slot, previous=previous
         )
 
+    def allocate_apart(
+        self, wanted: Sequence[tuple[int, int, tuple[int, int], int]]
+    ) -> dict[int, Allocation]:
+        """A new buffer for each ``(index, nbytes, slot, previous)`` of ``wanted`` (not
+        installed), none overlapping a buffer another slot keeps nor another new one (a
+        callable allocator's growth allocates them all before releasing anything).
+
+        Returns:
+            Per slot index, its new buffer.
+
+        Raises:
+            AllocatorError: a result that cannot be a buffer (nothing has changed).
+        """
+        growing = {index for index, _, _, _ in wanted}
+        kept = [b for i, b in enumerate(self.buffers()) if b is not None and i not in growing]
+        fresh: dict[int, Allocation] = {}
+        for index, nbytes, slot, previous in wanted:
+            in_use = kept + [allocation.buffer for allocation in fresh.values()]
+            fresh[index] = self.allocate(index, nbytes, slot=slot, previous=previous, in_use=in_use)
+        return fresh
+
     def others(self, index: int) -> list[torch.Tensor]:
         """The buffers of every slot but ``index``, which a new buffer must not overlap
         (empty for an allocator that never hands out memory in use)."""

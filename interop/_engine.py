@@ -411,8 +411,9 @@ class Engine:
         changes nothing; then the buffers are swapped under the mutex, and the old ones
         dropped after it (a pool's finalizer may call the manager)."""
         old, new, growth, result = planned
+        wanted = [(old.index(slot), nbytes, slot, old.capacity(slot)) for slot, nbytes in growth]
         with self._alloc_context():
-            prepared = self._prepare(growth, old)  # user code: no lock held
+            prepared = self.buffers.allocate_apart(wanted)  # user code: no lock held
         if self.state is not old:  # user code ran: plan again on the state as it is
             old = self.state
             new, again, result = self.plan(transition, old)
@@ -425,35 +426,14 @@ class Engine:
             slots = [slot for slot, _ in growth]
             indices = [old.index(slot) for slot in slots]
             retired = [self._take(index) for index in indices]
-            for index, slot in zip(indices, slots, strict=True):
-                self.buffers.install(index, prepared[slot])
+            for index in indices:
+                self.buffers.install(index, prepared[index])
             self.state = new
             value = finish(result)
         finally:
             self._mutex.release()
         self._drop(slots, retired)
         return True, value, None
-
-    def _prepare(self, growth: Growth, old: WorkspaceState) -> dict[Slot, Allocation]:
-        """A callable allocator's new buffers for ``growth`` (planned from ``old``), allocated
-        and validated. A new buffer must not overlap a buffer another slot keeps, nor
-        another new one.
-
-        Raises:
-            AllocatorError: a result that cannot be a buffer (nothing has changed).
-        """
-        buffers = self.buffers
-        growing = {old.index(slot) for slot, _ in growth}
-        kept = [b for i, b in enumerate(buffers.buffers()) if b is not None and i not in growing]
-        fresh: dict[Slot, Allocation] = {}
-        for slot, nbytes in growth:
-            index = old.index(slot)
-            in_use = kept + [allocation.buffer for allocation in fresh.values()]
-            previous = old.slots[index].capacity
-            fresh[slot] = buffers.allocate(
-                index, nbytes, slot=slot, previous=previous, in_use=in_use
-            )
-        return fresh
 
     def _take(self, index: int) -> torch.Tensor | None:
         """The block of slot ``index``'s buffer, taken from it (under the mutex): its memos

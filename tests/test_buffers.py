@@ -124,3 +124,34 @@ def test_a_new_buffer_must_not_overlap_the_buffers_in_use():
     with pytest.raises(interop.errors.AllocationOverlapError):
         buffers.allocate(1, 512)  # the same bytes as slot 0's buffer
     assert buffers.buffer(1) is None
+
+
+def test_buffers_allocated_apart_overlap_neither_kept_buffers_nor_each_other():
+    import interop
+
+    arena = torch.empty((8192,), dtype=U8)
+    starts = iter(range(0, 8192, 1024))
+
+    def bump(nbytes, device):  # a fresh region each call, until told to repeat one
+        start = next(starts)
+        return arena[start : start + nbytes]
+
+    buffers = _buffers(bump)
+    buffers.install(0, buffers.allocate(0, 512))  # region 0
+    fresh = buffers.allocate_apart([(1, 512, (1, 0), 0), (2, 256, (2, 0), 0)])
+    assert sorted(fresh) == [1, 2] and buffers.buffer(1) is None  # allocated, not installed
+    assert {fresh[1].nbytes, fresh[2].nbytes} == {512, 256}
+    assert fresh[1].buffer.data_ptr() != fresh[2].buffer.data_ptr()
+
+    def same(nbytes, device):  # every block the same bytes
+        return arena[4096 : 4096 + nbytes]
+
+    buffers = _buffers(same)
+    with pytest.raises(interop.errors.AllocationOverlapError):
+        buffers.allocate_apart([(1, 512, (1, 0), 0), (2, 512, (2, 0), 0)])
+    buffers.install(0, buffers.allocate(0, 512))  # slot 0 keeps those bytes
+    with pytest.raises(interop.errors.AllocationOverlapError):
+        buffers.allocate_apart([(1, 512, (1, 0), 0)])
+    fresh = buffers.allocate_apart([(0, 512, (0, 0), 512)])  # slot 0's own bytes: it grows
+    start = fresh[0].buffer.data_ptr() - arena.data_ptr()
+    assert fresh[0].nbytes == 512 and 4096 <= start < 4096 + 256  # (aligned within them)
