@@ -104,7 +104,7 @@ class Allocation:
 
     __slots__ = ("_buffer", "block", "nbytes", "owner", "start")
 
-    def __init__(self, block: torch.Tensor, nbytes: int, start: int = 0, owner: Any = None):
+    def __init__(self, block: torch.Tensor, nbytes: int, start: int = 0, owner: Any = None) -> None:
         self.block = block
         self.nbytes = nbytes
         self.start = start
