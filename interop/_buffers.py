@@ -1,7 +1,10 @@
 """The slots' device buffers, by index: which buffer each slot holds, and its carver.
 
-One aligned ``uint8`` buffer per slot, from the manager's allocator (``_allocators.py``).
-Nothing here knows a state or a policy: the engine (``_engine.py``) decides when a slot's
+One aligned ``uint8`` buffer per slot, from the manager's allocator (``_allocators.py``),
+kept as its :class:`~interop._allocators.Allocation`: the block it lies in (torch's CPU
+block is larger than the buffer) and where; views are carved from the block, and the exact
+tensor of the buffer is made only when asked for (:meth:`SlotBuffers.buffer`). Nothing
+here knows a state or a policy: the engine (``_engine.py``) decides when a slot's
 buffer is taken away, allocated or installed, and in which order; this room only holds
 them, in slot order (``WorkspaceState.slots``'s), and carves views from them
 (``_carving.py``).
