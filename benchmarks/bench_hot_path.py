@@ -141,19 +141,23 @@ def build_cases(device: torch.device, calls: int | None = None) -> dict[str, dic
         manager.get_simultaneous(*SPECS_3)
         manager.lock()
     names = {"ours": ours, "base": base, "torch": torch, "device": device}
-    cases = {
+    return {
         case: {
             name: statement_sampler(stmt, names, setup=LOCALS, calls=calls)
             for name, stmt in by_name.items()
         }
         for case, by_name in STATEMENTS.items()
     }
-    floors = {"tuple": FLOOR_TUPLE, **FLOORS}
-    cases["floors"] = {
+
+
+def build_floors(calls: int | None = None) -> dict[str, Sampler]:
+    """One sampler per :data:`FLOORS` statement, and the tuple's (``"tuple"``)."""
+    statements = {"tuple": FLOOR_TUPLE, **FLOORS}
+    names = {"torch": torch}
+    return {
         name: statement_sampler(stmt, names, setup=LOCALS, calls=calls)
-        for name, stmt in floors.items()
+        for name, stmt in statements.items()
     }
-    return cases
 
 
 def measure(
@@ -166,7 +170,7 @@ def measure(
         with "vs_tuple" for a spelled case (and "floor", the least CPython allows it);
         each ratio is ours' best round over the other's best round.
     """
-    cases = build_cases(device, calls)
+    cases = {**build_cases(device, calls), "floors": build_floors(calls)}
     samples = run_rounds(cases, rounds)
     floors = {name: min(values) for name, values in samples.pop("floors").items()}
     results: dict[str, dict[str, float]] = {}
