@@ -280,8 +280,8 @@ class Memo(dict[Hashable, Any]):
             pass
 
     def succeeded(self) -> Memo:
-        """This memo, dead (its entries dropped: their views pin the old buffer), and its
-        :meth:`successor`."""
+        """Kill this memo (``dead``, its entries dropped: their views pin the old buffer)
+        and return its :meth:`successor`."""
         fresh = self.successor()
         self.dead = True
         self.clear()
