@@ -20,7 +20,7 @@ from _gpu_common import Row, verdict
 from bench_handoff import aligned_views, run
 
 import interop
-from interop._jax import SHARED_DTYPES
+from interop._bridge._handoff import SHARED_DTYPES
 
 ROOT = Path(__file__).resolve().parents[1]
 TRIALS = 20

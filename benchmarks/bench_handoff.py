@@ -25,7 +25,7 @@ import jax
 import torch
 
 import interop
-from interop import _dlpack
+from interop._bridge import _dlpack
 
 Row = tuple[str, float, float]  # (name, µs per handoff, ratio to its baseline)
 SPECS = (((1024,), torch.float32), ((64, 64), torch.bfloat16), ((4096,), torch.int8))

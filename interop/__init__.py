@@ -14,6 +14,10 @@ from functional_ws import _public
 
 from . import _module_api
 from . import errors as errors
+from ._bridge._handoff import to_jax as to_jax
+from ._bridge._handoff import to_torch as to_torch
+from ._bridge._jax_call import jax_call as jax_call
+from ._bridge._jax_config import configure_jax_for_sharing as configure_jax_for_sharing
 from ._context import current_slot as current_slot
 from ._context import dbo_current_ubatch_id as dbo_current_ubatch_id
 from ._context import set_ubatch_provider as set_ubatch_provider
@@ -21,13 +25,6 @@ from ._context import use_workspace_lane as use_workspace_lane
 from ._context import use_workspace_ubatch as use_workspace_ubatch
 from ._context import use_workspace_ubatch_id as use_workspace_ubatch_id
 from ._errors import HandoffError as HandoffError
-from ._facade import WorkspaceManager as WorkspaceManager
-from ._history import History as History
-from ._history import Record as Record
-from ._jax import to_jax as to_jax
-from ._jax import to_torch as to_torch
-from ._jax_call import jax_call as jax_call
-from ._jax_config import configure_jax_for_sharing as configure_jax_for_sharing
 from ._module_api import current_workspace_manager as current_workspace_manager
 from ._module_api import init_workspace_manager as init_workspace_manager
 from ._module_api import is_workspace_manager_initialized as is_workspace_manager_initialized
@@ -35,8 +32,11 @@ from ._module_api import lock_workspace as lock_workspace
 from ._module_api import reserve_workspace as reserve_workspace
 from ._module_api import reset_workspace_manager as reset_workspace_manager
 from ._module_api import unlock_workspace as unlock_workspace
-from ._stats import SlotStats as SlotStats
-from ._stats import WorkspaceStats as WorkspaceStats
+from ._workspace._facade import WorkspaceManager as WorkspaceManager
+from ._workspace._history import History as History
+from ._workspace._history import Record as Record
+from ._workspace._stats import SlotStats as SlotStats
+from ._workspace._stats import WorkspaceStats as WorkspaceStats
 
 __all__ = [
     "CapacityLimitError",

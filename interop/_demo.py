@@ -21,7 +21,7 @@ import functional_ws as fws
 from functional_ws.display import format_bytes, slot_pictures
 
 from ._context import use_workspace_ubatch
-from ._facade import WorkspaceManager
+from ._workspace._facade import WorkspaceManager
 
 #: What to install for the picture; printed where matplotlib is missing.
 PLOT_HINT = "pip install 'functional-ws[plot]'"
@@ -213,7 +213,7 @@ def _write_picture(ws: WorkspaceManager, png: str | os.PathLike[str] | None) -> 
 def _jax_handoff(ws: WorkspaceManager) -> None:
     import jax.numpy as jnp
 
-    from ._jax import to_jax
+    from ._bridge._handoff import to_jax
 
     with use_workspace_ubatch(1):
         (x,) = ws.get_simultaneous(((4, 1024), torch.float32))

@@ -20,10 +20,10 @@ import torch
 import functional_ws as fws
 
 from . import _context
-from ._allocators import AllocatorArg
 from ._diagnostics import logger
 from ._errors import NotInitializedError
-from ._facade import WorkspaceManager
+from ._workspace._allocators import AllocatorArg
+from ._workspace._facade import WorkspaceManager
 
 #: The ``interop`` package, whose ``_manager`` attribute is the process-wide manager.
 _PACKAGE = sys.modules[__name__.rpartition(".")[0]]

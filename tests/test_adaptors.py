@@ -1,4 +1,4 @@
-"""The allocator's adaptors (``interop/_allocators.py``): each adds one concern to the
+"""The allocator's adaptors (``interop/_workspace/_allocators.py``): each adds one concern to the
 allocator it wraps and passes every other call on, unchanged."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import logging
 
 import torch
 
-from interop._allocators import (
+from interop._workspace._allocators import (
     Adaptor,
     Allocation,
     ResizeLog,

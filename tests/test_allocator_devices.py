@@ -8,8 +8,8 @@ import torch
 from _allocators import misaligned_pool
 
 import interop
-from interop._allocators import check_allocation, resolve_allocator
 from interop._device import normalize_device, same_device
+from interop._workspace._allocators import check_allocation, resolve_allocator
 
 CPU = torch.device("cpu")
 SPELLINGS = ["cpu", "cpu:0", torch.device("cpu"), torch.device("cpu", 0)]

@@ -16,8 +16,9 @@ from _seams import slot_buffer
 from torch.multiprocessing.reductions import StorageWeakRef
 
 import interop
-from interop import _allocators, _device
+from interop import _device
 from interop._device import aligned_block
+from interop._workspace import _allocators
 
 U8 = torch.uint8
 ALIGNMENT = 256

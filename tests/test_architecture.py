@@ -130,10 +130,10 @@ ABOVE_THE_FACADE = {
     "interop._cli",
     "interop._demo",
     "interop._module_api",
-    "interop._facade",
-    "interop._facade_plans",
-    "interop._facade_persistent",
-    "interop._facade_display",
+    "interop._workspace._facade",
+    "interop._workspace._facade_plans",
+    "interop._workspace._facade_persistent",
+    "interop._workspace._facade_display",
 }
 
 
@@ -149,7 +149,7 @@ def test_shell_has_no_import_cycle():
 
 def test_nothing_below_the_facade_imports_it():
     graph = _shell_graph()
-    facade = {m for m in ABOVE_THE_FACADE if m.startswith("interop._facade")}
+    facade = {m for m in ABOVE_THE_FACADE if m.startswith("interop._workspace._facade")}
     below = {m: deps & facade for m, deps in graph.items() if m not in ABOVE_THE_FACADE}
     assert not {m: deps for m, deps in below.items() if deps}
 

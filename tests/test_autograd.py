@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from interop import _autograd
+from interop._bridge import _autograd
 
 
 @pytest.mark.parametrize(

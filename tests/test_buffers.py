@@ -1,14 +1,14 @@
-"""Slot buffers (``interop/_buffers.py``): one aligned buffer per slot, by index, each with
-its carver; a new buffer never overlaps the other slots' where the allocator may hand out
-memory in use."""
+"""Slot buffers (``interop/_workspace/_buffers.py``): one aligned buffer per slot, by index,
+each with its carver; a new buffer never overlaps the other slots' where the allocator may
+hand out memory in use."""
 
 import pytest
 import torch
 from _helpers import manager
 
 from interop import use_workspace_lane, use_workspace_ubatch
-from interop._allocators import allocator_stack
-from interop._buffers import SlotBuffers
+from interop._workspace._allocators import allocator_stack
+from interop._workspace._buffers import SlotBuffers
 
 F32, U8 = torch.float32, torch.uint8
 CPU = torch.device("cpu")

@@ -1,4 +1,4 @@
-"""Carving (``interop/_carving.py``): typed views at byte offsets of a slot's buffer, and
+"""Carving (``interop/_workspace/_carving.py``): typed views at byte offsets of a slot's buffer, and
 memoised views that behave like the original's freshly built ones, for every use it allows.
 
 The original built each view on every call (slice, ``view(dtype)``, ``reshape``); the façade
@@ -22,7 +22,7 @@ from _helpers import manager
 from _seams import memo_of, slot_buffer
 from conftest import TEST_DEVICE as DEVICE
 
-from interop._carving import Carver, contiguous_strides, fresh, view_maker
+from interop._workspace._carving import Carver, contiguous_strides, fresh, view_maker
 
 F32, BF16, I8, U8 = torch.float32, torch.bfloat16, torch.int8, torch.uint8
 SPEC = ((4, 4), torch.float32)

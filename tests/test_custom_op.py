@@ -10,7 +10,7 @@ import torch
 from conftest import enable_x64
 
 import interop
-from interop import _custom_op
+from interop._bridge import _custom_op
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""The state engine (``interop/_engine.py``): how a growth is carried out.
+"""The state engine (``interop/_workspace/_engine.py``): how a growth is carried out.
 
 The built-in allocators grow in the original's order (vLLM 0.33.0's ``_ensure_workspace_size``):
 release the old buffer, empty the cache, then enter ``alloc_context()`` and allocate inside

@@ -14,8 +14,8 @@ import torch
 from test_jax_views import carve, handoff_path
 
 import interop
-from interop import _dlpack
-from interop._jax import EXPORTABLE_DTYPES
+from interop._bridge import _dlpack
+from interop._bridge._handoff import EXPORTABLE_DTYPES
 
 PATHS = pytest.mark.parametrize("private", [True, False], ids=["private", "public"])
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")

@@ -22,7 +22,7 @@ PRELUDE = """
 import gc, sys, warnings
 import jax, jax.numpy as jnp, numpy as np, torch
 import interop
-from interop import _dlpack
+from interop._bridge import _dlpack
 
 N = 1 << 16
 

@@ -15,8 +15,8 @@ import pytest
 import torch
 
 import interop
-from interop._custom_op import EAGER_ADVICE
-from interop._jax import HANDOFF_ADVICE
+from interop._bridge._custom_op import EAGER_ADVICE
+from interop._bridge._handoff import HANDOFF_ADVICE
 
 OP = torch.ops.functional_ws.jax_call.default
 

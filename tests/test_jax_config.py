@@ -12,8 +12,8 @@ import jax
 import pytest
 
 import interop
-from interop import _jax_config
-from interop._jax_config import (
+from interop._bridge import _jax_config
+from interop._bridge._jax_config import (
     MEM_FRACTION,
     PREALLOCATE,
     preallocation_notice,
@@ -115,7 +115,7 @@ def test_configure_before_jax_starts_then_too_late():
     code = textwrap.dedent(
         """
         import os, interop
-        assert not interop._jax_config.jax_backend_started()
+        assert not interop._bridge._jax_config.jax_backend_started()
         print(interop.configure_jax_for_sharing(mem_fraction=0.25))
         env = os.environ
         print(env["XLA_PYTHON_CLIENT_PREALLOCATE"], env["XLA_PYTHON_CLIENT_MEM_FRACTION"])

@@ -10,7 +10,7 @@ import torch
 from conftest import enable_x64
 
 import interop
-from interop import _autograd
+from interop._bridge import _autograd
 
 
 @jax.jit

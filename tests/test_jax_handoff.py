@@ -20,8 +20,8 @@ from test_jax_views import carve, fill_random, handoff_path, workspace_manager
 
 import interop
 from functional_ws.testing import spec_lists
-from interop import _dlpack
-from interop._jax import SHARED_DTYPES, WIDE_DTYPES
+from interop._bridge import _dlpack
+from interop._bridge._handoff import SHARED_DTYPES, WIDE_DTYPES
 
 PATHS = pytest.mark.parametrize("private", [True, False], ids=["private", "public"])
 DTYPE_POOL = sorted(SHARED_DTYPES, key=str)
@@ -285,7 +285,7 @@ def test_numpy_aliases_cpu_views_and_handed_arrays():
 
 
 def test_private_path_is_used_on_this_jax():
-    from interop import _dlpack
+    from interop._bridge import _dlpack
 
     assert _dlpack.PRIVATE_PATH_AVAILABLE, "jaxlib changed: the fast handoff path is off"
     assert _dlpack.use_private_path

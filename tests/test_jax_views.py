@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 import interop
-from interop import _dlpack
+from interop._bridge import _dlpack
 
 ALIGNMENT = 256
 
@@ -20,7 +20,7 @@ def workspace_manager() -> Any:
     manager_cls = getattr(interop, "WorkspaceManager", None)
     if manager_cls is None:
         try:
-            from interop._facade import WorkspaceManager as manager_cls
+            from interop._workspace._facade import WorkspaceManager as manager_cls
         except ImportError:
             return None
     return manager_cls

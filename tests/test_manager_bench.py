@@ -9,7 +9,7 @@ import torch
 from _helpers import load_benchmark
 
 from interop import WorkspaceManager
-from interop._requests import canonical
+from interop._workspace._requests import canonical
 from interop.testing import ReferenceWorkspaceManager
 
 bench_hot_path = load_benchmark("bench_hot_path")

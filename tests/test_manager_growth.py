@@ -95,7 +95,7 @@ def test_growth_during_capture_is_refused_and_changes_nothing(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
-    monkeypatch.setattr("interop._facade.device_memory", lambda device: None)
+    monkeypatch.setattr("interop._workspace._facade.device_memory", lambda device: None)
     ws = WorkspaceManager(torch.device("cuda"))
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
     before = ws.state

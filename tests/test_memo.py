@@ -1,4 +1,4 @@
-"""The memo (``interop/_memo.py``): a request is kept on its second sight, in two bounded
+"""The memo (``interop/_workspace/_memo.py``): a request is kept on its second sight, in two bounded
 generations; its entry is replayed and swapped in when the state moved, never served from a
 replaced buffer; each call gets fresh views."""
 
@@ -9,7 +9,7 @@ from _helpers import manager
 from _seams import base_of, memo_of
 
 import functional_ws as fws
-from interop._memo import (
+from interop._workspace._memo import (
     AcquiredEntry,
     Memo,
     Memos,
@@ -44,7 +44,7 @@ def test_memo_follows_the_buffer_and_each_call_returns_fresh_views():
 
 @pytest.mark.usefixtures("allocator")
 def test_memo_is_bounded(monkeypatch):
-    monkeypatch.setattr("interop._memo.MAX_MEMOISED", 4)
+    monkeypatch.setattr("interop._workspace._memo.MAX_MEMOISED", 4)
     ws = manager()
     for n in range(1, 20):
         ws.get_simultaneous(((n,), U8))
@@ -66,7 +66,7 @@ def test_a_request_is_memoised_the_second_time_it_is_seen():
 
 @pytest.mark.usefixtures("allocator")
 def test_memo_evicts_the_least_recently_used(monkeypatch):
-    monkeypatch.setattr("interop._memo.MAX_MEMOISED", 8)  # two generations of four
+    monkeypatch.setattr("interop._workspace._memo.MAX_MEMOISED", 8)  # two generations of four
     ws = manager()
     ws.get_simultaneous(((4096,), U8))
 

@@ -209,7 +209,7 @@ def test_started_backends_are_seen_and_unknown_means_none(monkeypatch):
 def test_storage_owners_count_views_and_unknown_counts_watch_the_buffer(monkeypatch):
     import torch
 
-    from interop._retired import held_elsewhere
+    from interop._workspace._retired import held_elsewhere
 
     buffer = torch.empty(16)
     assert private.storage_use_count(buffer) == 2  # the buffer and the storage asked for
@@ -245,7 +245,7 @@ def test_a_weak_storage_reference_is_released_once_whatever_was_constructed(monk
 
 
 def test_a_half_built_retired_reference_is_finalised_quietly(monkeypatch):
-    from interop._retired import StorageRef
+    from interop._workspace._retired import StorageRef
 
     ignored = []
     monkeypatch.setattr(sys, "unraisablehook", ignored.append)

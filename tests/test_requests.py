@@ -1,5 +1,6 @@
-"""The request boundary (``interop/_requests.py``): every spelling upstream accepts is served
-as its canonical form (and memoised as it), every other one refused before anything changes.
+"""The request boundary (``interop/_workspace/_requests.py``): every spelling upstream accepts
+is served as its canonical form (and memoised as it), every other one refused before anything
+changes.
 """
 
 import numpy as np
@@ -8,7 +9,7 @@ import torch
 from _seams import memo_of
 
 from interop import InvalidSpecError, WorkspaceManager
-from interop._requests import canonical, canonical_shape, plain_nbytes
+from interop._workspace._requests import canonical, canonical_shape, plain_nbytes
 
 F32, U8 = torch.float32, torch.uint8
 

@@ -15,7 +15,7 @@ import torch
 from _seams import retired_of
 
 from interop import WorkspaceManager
-from interop._retired import RESUME_PREFIX, SWEEP_AT_LEAST, RetiredBuffer, RetiredBuffers
+from interop._workspace._retired import RESUME_PREFIX, SWEEP_AT_LEAST, RetiredBuffer, RetiredBuffers
 
 
 def _records_alive() -> int:

@@ -28,7 +28,7 @@ from functional_ws import (
 )
 from functional_ws.testing import spec_lists
 from interop import WorkspaceManager, use_workspace_lane, use_workspace_ubatch
-from interop._memo import Memos
+from interop._workspace._memo import Memos
 from interop.testing import MachineConfig, WorkspaceAPIMachine
 from interop.testing._config import format_spec
 from interop.testing._machine_base import SCRATCH_DTYPES

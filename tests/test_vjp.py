@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from interop import _vjp
+from interop._bridge import _vjp
 
 
 def _plan(fn, n_diff=1, *, jitted=True):

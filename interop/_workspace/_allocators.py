@@ -36,17 +36,18 @@ import jax
 import jax.numpy as jnp
 import torch
 
-from . import _device
-from ._device import (
+from .. import _device
+from .._bridge._dlpack import device_target
+from .._bridge._handoff import to_torch
+from .._device import (
     TORCH_ALIGNMENT,
     address_alignment,
     aligned_block,
     allocate_aligned,
     same_device,
 )
-from ._diagnostics import caller_origin, debug_enabled, logger
-from ._dlpack import device_target
-from ._errors import (
+from .._diagnostics import caller_origin, debug_enabled, logger
+from .._errors import (
     AllocationDeviceError,
     AllocationDtypeError,
     AllocationLayoutError,
@@ -58,7 +59,6 @@ from ._errors import (
     AllocatorNotCallableError,
     UnknownAllocatorError,
 )
-from ._jax import to_torch
 from ._retired import RetiredBuffer, RetiredBuffers, held_elsewhere
 
 _MB = 1024 * 1024
@@ -82,7 +82,7 @@ class Allocation:
     buffer starts past the block's start; the tensor of exactly the buffer's bytes is a
     slice of the block, which costs as much as the block's allocation (about a microsecond
     on CPU), and a growth does not need it: views are carved from the block
-    (:class:`interop._carving.Carver`), so :attr:`buffer` makes it when first asked.
+    (:class:`interop._workspace._carving.Carver`), so :attr:`buffer` makes it when first asked.
 
     Args:
         block: a 1-D ``uint8`` tensor holding the buffer's bytes.
@@ -356,7 +356,7 @@ class RetiredTracking(Adaptor):
     (views kept across calls, arrays imported from them: vLLM #56902), and warns about them.
 
     Attributes:
-        retired: the records (:class:`interop._retired.RetiredBuffers`).
+        retired: the records (:class:`interop._workspace._retired.RetiredBuffers`).
     """
 
     def __init__(self, upstream: SlotAllocator) -> None:

@@ -17,8 +17,8 @@ import torch
 
 from functional_ws import ViewSpec
 
+from .._context import current_slot
 from . import _plans
-from ._context import current_slot
 from ._engine import Engine
 from ._requests import canonical, chosen_slots, reserve_requests, torch_specs
 from ._serving import Server

@@ -17,7 +17,7 @@ memo, look the request up, check that its dims are plain ints (a memoised
 ``((1,), dtype)`` equals ``((True,), dtype)`` and ``((1.0,), dtype)``, which must still be
 refused), and serve the memoised views if the state is the one their plan left; a state
 that moved goes to
-:func:`interop._memo.replay_and_swap`.
+:func:`interop._workspace._memo.replay_and_swap`.
 """
 
 from __future__ import annotations
@@ -31,19 +31,19 @@ import torch
 import functional_ws as fws
 from functional_ws import WorkspaceState
 
-from . import _context
+from .. import _context
+from .._bridge._jax_config import warn_if_jax_preallocates
+from .._compile import run_eagerly_under_compile
+from .._context import SLOT, current_slot, provided_ubatch
+from .._device import device_memory, normalize_device
+from .._diagnostics import debug_enabled, logger
 from ._allocators import AllocatorArg, allocator_stack
 from ._buffers import SlotBuffers
 from ._carving import fresh
-from ._compile import run_eagerly_under_compile
-from ._context import SLOT, current_slot, provided_ubatch
-from ._device import device_memory, normalize_device
-from ._diagnostics import debug_enabled, logger
 from ._engine import Engine
 from ._facade_display import Displays
 from ._facade_persistent import PersistentResources
 from ._facade_plans import Reservations
-from ._jax_config import warn_if_jax_preallocates
 from ._memo import Memos, replay_and_swap
 from ._persistent import PersistentTables
 from ._recording import Recorder

@@ -24,7 +24,7 @@ import torch
 
 from functional_ws import InvalidConfigError, InvalidSpecError, ViewSpec, WorkspaceLockedError
 
-from ._diagnostics import caller_origin
+from .._diagnostics import caller_origin
 
 _DTYPE = torch.dtype
 #: NumPy's integer scalar types: a dim of one hashes and compares as the int, so the hot

@@ -20,11 +20,11 @@ from typing import Any
 import jax
 import torch
 
+from .._compile import run_eagerly
+from .._errors import FunctionNotCallableError
 from . import _custom_op, _dlpack
 from ._autograd import call_differentiably, is_differentiated
-from ._compile import run_eagerly
-from ._errors import FunctionNotCallableError
-from ._jax import to_jax, to_torch
+from ._handoff import to_jax, to_torch
 from ._vjp import Plan
 
 _is_compiling = torch.compiler.is_compiling

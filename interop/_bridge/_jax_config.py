@@ -19,8 +19,8 @@ from collections.abc import Mapping
 
 import torch
 
-from . import _private
-from ._errors import JaxAlreadyStartedError, JaxPreallocationWarning, JaxSettingError
+from .. import _private
+from .._errors import JaxAlreadyStartedError, JaxPreallocationWarning, JaxSettingError
 
 PREALLOCATE = "XLA_PYTHON_CLIENT_PREALLOCATE"
 MEM_FRACTION = "XLA_PYTHON_CLIENT_MEM_FRACTION"

@@ -1,7 +1,7 @@
 """The slots' device buffers, by index: which buffer each slot holds, and its carver.
 
 One aligned ``uint8`` buffer per slot, from the manager's allocator (``_allocators.py``),
-kept as its :class:`~interop._allocators.Allocation`: the block it lies in (torch's CPU
+kept as its :class:`~interop._workspace._allocators.Allocation`: the block it lies in (torch's CPU
 block is larger than the buffer) and where; views are carved from the block, and the exact
 tensor of the buffer is made only when asked for (:meth:`SlotBuffers.buffer`). Nothing
 here knows a state or a policy: the engine (``_engine.py``) decides when a slot's
@@ -31,7 +31,7 @@ class SlotBuffers:
         allocator: provides each buffer (an adaptor stack, ``_allocators.allocator_stack``).
 
     Attributes:
-        carvers: per slot, the :class:`interop._carving.Carver` of its buffer (the engine
+        carvers: per slot, the :class:`interop._workspace._carving.Carver` of its buffer (the engine
             carves through it, under its lock).
         generation: how many times a buffer was taken or installed (under the engine's
             lock): views carved at one generation are of the current buffers while it holds.

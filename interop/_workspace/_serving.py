@@ -33,7 +33,7 @@ class Server:
     """Serves the slow paths of one manager through its engine.
 
     Args:
-        engine: the manager's :class:`interop._engine.Engine`.
+        engine: the manager's :class:`interop._workspace._engine.Engine`.
         memos: its memos (the entries memoised here).
         tables: its persistent resources.
     """

@@ -1,5 +1,5 @@
 """The torch side of a differentiable ``jax_call``: one ``torch.autograd.Function`` whose
-forward and backward run a :class:`~interop._vjp.Plan`, handing every tensor over with
+forward and backward run a :class:`~interop._bridge._vjp.Plan`, handing every tensor over with
 ``to_jax``/``to_torch`` (zero-copy, loss-free, stream-ordered).
 
 What autograd keeps between forward and backward (see ``_vjp.py`` for the JAX side): the
@@ -24,9 +24,9 @@ from typing import Any
 import jax
 import torch
 
+from .._errors import ZeroCopyError
 from . import _vjp
-from ._errors import ZeroCopyError
-from ._jax import to_jax, to_torch
+from ._handoff import to_jax, to_torch
 
 OVERWRITE_NOTE = (
     "interop.jax_call: an input of a jax_call (or an output its backward reads) was "
@@ -213,7 +213,7 @@ def call_differentiably(
 
     Args:
         fn: the JAX function.
-        jitted: whether ``fn`` is jitted (see :class:`~interop._vjp.Plan`).
+        jitted: whether ``fn`` is jitted (see :class:`~interop._bridge._vjp.Plan`).
         plans: the function's plans by signature (filled here).
         leaves: the leaves of ``(args, kwargs)``.
         treedef: their pytree.

@@ -35,8 +35,8 @@ from torch.multiprocessing.reductions import StorageWeakRef
 
 from functional_ws.display import format_bytes
 
-from . import _private
-from ._diagnostics import logger
+from .. import _private
+from .._diagnostics import logger
 
 #: The fewest records kept before dead ones are swept out.
 SWEEP_AT_LEAST = 16

@@ -43,12 +43,12 @@ import jax
 import jax.numpy as jnp
 import torch
 
+from .._compile import run_eagerly
+from .._errors import UnsupportedDtypeError, UnsupportedPytreeError
+from .._private import constant_result
 from . import _vjp
 from ._autograd import OVERWRITE_NOTE, compact_cotangent, is_differentiated
-from ._compile import run_eagerly
-from ._errors import UnsupportedDtypeError, UnsupportedPytreeError
-from ._jax import JAX_DTYPES, SHARED_DTYPES, TORCH_DTYPES, check_wide_dtype, to_jax, to_torch
-from ._private import constant_result
+from ._handoff import JAX_DTYPES, SHARED_DTYPES, TORCH_DTYPES, check_wide_dtype, to_jax, to_torch
 
 #: The op's name; it is registered when this module is imported.
 OP_NAME = "functional_ws::jax_call"

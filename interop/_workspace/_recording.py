@@ -20,7 +20,7 @@ from typing import Any
 
 from functional_ws import Slot
 
-from ._compile import run_eagerly
+from .._compile import run_eagerly
 from ._history import History, Record
 
 #: The public methods a recording sees.

@@ -15,8 +15,8 @@ import torch
 
 from functional_ws import ViewSpec
 
-from . import _context
-from ._context import current_slot
+from .. import _context
+from .._context import current_slot
 from ._persistent import check_persistent_tensor, tensor_factory
 from ._requests import canonical_shape, check_torch_dtypes, plain_shape
 from ._serving import Server

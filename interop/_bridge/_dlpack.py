@@ -54,8 +54,8 @@ import torch
 from jax.extend import backend as jax_backend
 from jax.sharding import SingleDeviceSharding
 
-from . import _private
-from ._errors import (
+from .. import _private
+from .._errors import (
     DeletedArrayError,
     DeviceNotVisibleError,
     MisalignedViewError,

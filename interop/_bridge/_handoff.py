@@ -16,10 +16,10 @@ import jax
 import numpy as np
 import torch
 
-from . import _dlpack, _private
-from ._compile import run_eagerly
-from ._device import same_device
-from ._errors import (
+from .. import _private
+from .._compile import run_eagerly
+from .._device import same_device
+from .._errors import (
     ConjugateBitError,
     GradientTrackedError,
     NegativeBitError,
@@ -29,6 +29,7 @@ from ._errors import (
     UnsupportedLayoutError,
     X64DisabledError,
 )
+from . import _dlpack
 
 _x64_enabled = _private.x64_enabled  # honours `with jax.enable_x64(True):` too
 

@@ -16,7 +16,7 @@ import torch
 
 from functional_ws import ViewSpec
 
-from ._errors import PersistentMismatchError
+from .._errors import PersistentMismatchError
 
 
 class PersistentTables:

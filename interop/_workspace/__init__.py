@@ -1,0 +1,1 @@
+"""The workspace manager: the façade, its engine, memo, buffers and allocators."""
