@@ -17,8 +17,8 @@ from torch.multiprocessing.reductions import StorageWeakRef
 
 import interop
 from interop import _device
+from interop._bridge import _jax_allocator
 from interop._device import aligned_block
-from interop._workspace import _allocators
 
 U8 = torch.uint8
 ALIGNMENT = 256
@@ -136,7 +136,7 @@ def test_jax_growth_allocates_once_and_peaks_at_the_new_block(monkeypatch):
     baseline = {a.unsafe_buffer_pointer() for a in jax.live_arrays()}
     baseline = {address for address in baseline if not 0 <= old_address - address < 4096}
     calls, peaks, old_alive = [], [], []
-    real = _allocators.jax_block
+    real = _jax_allocator.jax_block
 
     def watched(nbytes, device):
         old_alive.append(not old.expired())
@@ -146,7 +146,7 @@ def test_jax_growth_allocates_once_and_peaks_at_the_new_block(monkeypatch):
         calls.append(nbytes)
         return array
 
-    monkeypatch.setattr(_allocators, "jax_block", watched)
+    monkeypatch.setattr(_jax_allocator, "jax_block", watched)
     ws.get_simultaneous(((300_000,), U8))
     block = _capacity(300_000) + ALIGNMENT - 64
     assert calls == [block], "one JAX allocation, sized to start at an aligned address"

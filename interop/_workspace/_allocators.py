@@ -32,13 +32,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
-import jax
-import jax.numpy as jnp
 import torch
 
 from .. import _device
-from .._bridge._dlpack import device_target
-from .._bridge._handoff import to_torch
 from .._device import (
     TORCH_ALIGNMENT,
     address_alignment,
@@ -70,9 +66,6 @@ AllocatorFunction = Callable[[int, torch.device], torch.Tensor]
 AllocatorArg = Literal["torch", "jax"] | AllocatorFunction
 #: The buffers a new one must not overlap (the other slots' current ones; ``None``: no buffer).
 InUse = Sequence[torch.Tensor | None]
-
-#: The alignment JAX's allocators give: 64 bytes on CPU, 256 on GPU (XLA's BFC allocator).
-JAX_ALIGNMENT = {"cpu": 64, "cuda": 256}
 
 
 class Allocation:
@@ -202,48 +195,6 @@ class SlotAllocator:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r})"
-
-
-def jax_block(nbytes: int, device: Any) -> jax.Array:
-    """``nbytes`` zeroed bytes from JAX's allocator on JAX ``device`` (a ``uint8`` array)."""
-    return jnp.zeros((nbytes,), dtype=jnp.uint8, device=device)
-
-
-class JaxAllocator(SlotAllocator):
-    """Each buffer is a JAX ``uint8`` array on the matching JAX device, seen through DLPack.
-
-    The memory comes out of JAX's pool (on a GPU where JAX preallocated, out of the memory
-    JAX already holds, not torch's caching allocator); torch sees it zero-copy through
-    :func:`interop.to_torch`, which orders torch after the fill that created it, and whose
-    tensor keeps the bytes alive even if the array is deleted.
-    """
-
-    name = "jax"
-
-    def __init__(self, device: torch.device) -> None:
-        self.jax_device = device_target(device).device  # refuses a device JAX cannot see
-
-    def allocate(
-        self,
-        nbytes: int,
-        device: torch.device,
-        alignment: int,
-        *,
-        in_use: InUse = (),
-        slot: tuple[int, int] | None = None,
-        previous: int = 0,
-    ) -> Allocation:
-        arrays: list[jax.Array] = []
-
-        def raw(n: int) -> torch.Tensor:
-            arrays.clear()  # a retry lets the first array go before asking for the next
-            arrays.append(jax_block(n, self.jax_device))
-            return check_allocation(to_torch(arrays[0]), n, device, self, in_use=in_use)
-
-        buffer = aligned_block(
-            raw, nbytes, alignment, provider_alignment=JAX_ALIGNMENT.get(device.type)
-        )
-        return Allocation(buffer, nbytes, owner=arrays[0])  # the array behind it kept
 
 
 class FunctionAllocator(SlotAllocator):
@@ -418,9 +369,16 @@ class ResizeLog(Adaptor):
         self.upstream.report()
 
 
+def _jax_allocator(device: torch.device) -> SlotAllocator:
+    """The ``"jax"`` provider, which lives in the bridge: JAX is imported only for it."""
+    from .._bridge._jax_allocator import JaxAllocator
+
+    return JaxAllocator(device)
+
+
 _BUILT_INS: dict[str, Callable[[torch.device], SlotAllocator]] = {
     "torch": lambda device: SlotAllocator(),
-    "jax": JaxAllocator,
+    "jax": _jax_allocator,
 }
 
 

@@ -32,7 +32,6 @@ import functional_ws as fws
 from functional_ws import WorkspaceState
 
 from .. import _context
-from .._bridge._jax_config import warn_if_jax_preallocates
 from .._compile import run_eagerly_under_compile
 from .._context import SLOT, current_slot, provided_ubatch
 from .._device import device_memory, normalize_device
@@ -163,6 +162,9 @@ class WorkspaceManager(Reservations, PersistentResources, Displays):
         self._server = Server(self._engine, self._memos, self._persistent)
         self._recorder = Recorder(current_slot)
         if self._device.type == "cuda" and self._allocator.name != "jax":
+            # JAX's memory settings are the bridge's: imported only for a GPU workspace.
+            from .._bridge._jax_config import warn_if_jax_preallocates
+
             warn_if_jax_preallocates(self._device, stacklevel=3)  # the workspace is torch's
 
     # ----- reading -----
