@@ -13,8 +13,7 @@ BENCH_ARGS ?=
 # torch's CUDA build from PyPI (about 5 GB installed; the local CPU wheel is for 3.11).
 PYTHON312 ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python3.12) python3.12)
 VENV312 := .venv-py312
-NEWEST_JAX_TESTS := tests/test_jax_*.py tests/test_handoff_*.py tests/test_vjp.py \
-	tests/test_autograd.py tests/test_custom_op.py tests/test_private.py
+NEWEST_JAX_TESTS := tests/bridge tests/shared/test_private.py
 
 .PHONY: demo picture notebooks test lint typecheck pytest bench clean test-newest-jax
 
@@ -28,13 +27,13 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	mkdir -p out && $(PY) -m interop --png out/layout.png
 
-# The README's picture: the demo on the CPU; tests/test_demo.py checks it is current.
+# The README's picture: the demo on the CPU; tests/docs/test_demo.py checks it is current.
 picture: $(STAMP)
 	JAX_PLATFORMS=cpu $(PY) -m interop --device cpu --png docs/layout.png
 
 # Execute the notebooks as the tests do and write their outputs back (no timings).
 notebooks: $(STAMP)
-	$(PY) tests/_notebook_runner.py notebooks/*.ipynb
+	$(PY) tests/support/notebook_runner.py notebooks/*.ipynb
 
 lint: $(STAMP)
 	$(PY) -m ruff check .

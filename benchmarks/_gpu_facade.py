@@ -27,8 +27,8 @@ _new_stream: Callable[[], torch.cuda.Stream] = torch.cuda.Stream  # its __init__
 
 def facade_tests_on_cuda() -> list[Row]:
     """The façade's tests (CUDA-only ones included) with FUNCTIONAL_WS_TEST_DEVICE=cuda."""
-    tests = sorted(str(p) for p in (ROOT / "tests").glob("test_manager*.py"))
-    tests.append(str(ROOT / "tests" / "test_stateful_manager.py"))
+    tests = sorted(str(p) for p in (ROOT / "tests" / "workspace").glob("test_manager*.py"))
+    tests.append(str(ROOT / "tests" / "workspace" / "test_stateful_manager.py"))
     env = dict(os.environ, FUNCTIONAL_WS_TEST_DEVICE="cuda", HYPOTHESIS_PROFILE="ci")
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", *tests],

@@ -19,7 +19,7 @@ forward and its backward from a dense cotangent. Candidates, all on the same ten
 Each round times a batch of calls of every candidate, in an order rotating round to round
 (``_timing.py``); the figure is the best round. Overhead = a wrapper's time minus pure
 JAX's. Target: ours at most 0.7x the best peer's overhead. Zero copies are asserted by
-pointers in ``tests/test_jax_grad.py``, not here.
+pointers in ``tests/bridge/test_jax_grad.py``, not here.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
     JAX_PLATFORMS=cpu .venv/bin/python benchmarks/count_stateful_steps.py
 
-Runs the machine in each configuration of ``tests/test_stateful_core.py`` and counts runs and
+Runs the machine in each configuration of ``tests/core/test_stateful_core.py`` and counts runs and
 steps by wrapping it (invariants are checked once per run at the start and once after every
 step).
 """

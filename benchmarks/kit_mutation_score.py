@@ -4,7 +4,7 @@
     JAX_PLATFORMS=cpu .venv/bin/python benchmarks/kit_mutation_score.py --profile ci
     JAX_PLATFORMS=cpu .venv/bin/python benchmarks/kit_mutation_score.py --profile ci --fresh
 
-Each bug of ``tests/_mutants.py`` (a copy of the original's algorithm with one realistic
+Each bug of ``tests/support/mutants.py`` (a copy of the original's algorithm with one realistic
 mistake) is checked in ``--runs`` fresh runs of Hypothesis's ``default`` profile (100 examples
 of up to 50 steps, a new random seed each run, no example database), or once under the
 derandomized ``ci`` profile (with ``--fresh``, ``--runs`` runs of the ``ci`` budget from fresh
@@ -15,7 +15,7 @@ seconds per run (median and worst; with ``--shrink`` a run includes shrinking th
 its short example, as a user sees it, and ``calls`` is the most calls a shrunk example kept;
 otherwise it stops at the first failing example). Last
 it checks the unmodified original once the same way: it must pass. Not run by ``make test``;
-``tests/test_kit_mutants.py`` checks every bug under ``ci``.
+``tests/kit/test_kit_mutants.py`` checks every bug under ``ci``.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from typing import Any
 from hypothesis import Phase, settings
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-import _mutants
+from support import mutants as _mutants
 
 from functional_ws.testing import register_profiles
 from interop.testing import check_workspace

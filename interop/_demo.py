@@ -144,7 +144,7 @@ def figure_summary(figure: Any) -> str:
 
     The data coordinates and colours the drawing code chose, not pixels, so two renderings
     of the same picture by different matplotlib versions summarise alike. The demo stores
-    it in its PNG (the ``Description`` text chunk); ``tests/test_demo.py`` compares it with
+    it in its PNG (the ``Description`` text chunk); ``tests/docs/test_demo.py`` compares it with
     a fresh drawing to tell that ``docs/layout.png`` is current.
 
     Args:

@@ -11,7 +11,7 @@ import os
 
 import pytest
 import torch
-from _allocators import ALLOCATORS, CHOSEN
+from support.allocators import ALLOCATORS, CHOSEN
 
 from functional_ws.testing import register_profiles
 
@@ -42,7 +42,7 @@ needs_cuda = pytest.mark.skipif(
 
 @pytest.fixture(params=list(ALLOCATORS))
 def allocator(request, monkeypatch):
-    """Run the test once per allocator (``tests/_allocators.py``); yields its id."""
+    """Run the test once per allocator (``tests/support/allocators.py``); yields its id."""
     monkeypatch.setitem(CHOSEN, "allocator", ALLOCATORS[request.param])
     return request.param
 

@@ -17,7 +17,7 @@ Carved views share a base (the alias): they are memoised, never handed out. A ca
 over the same memory with no view relation to the alias (``view(dtype)`` records none), as
 the original's result had; so what a caller does to it (``resize_``, ``set_``,
 ``requires_grad_``, an in-place op under autograd) never reaches the alias or another
-call's views. ``tests/test_carving.py`` checks every such use against the original's
+call's views. ``tests/workspace/test_carving.py`` checks every such use against the original's
 views; ``benchmarks/bench_hot_path.py`` measures what a view costs.
 """
 
@@ -80,7 +80,7 @@ class Carver:
             if alias is not None and not offset % alias[2]:
                 start = alias[1] + offset // alias[2]
                 # contiguous_strides, inlined for the shapes the miss path sees most (a call
-                # saved; tests/test_carving.py pins the strides to torch's)
+                # saved; tests/workspace/test_carving.py pins the strides to torch's)
                 rank = len(shape)
                 if rank == 2:
                     strides: tuple[int, ...] = (shape[1] or 1, 1)

@@ -250,12 +250,12 @@ def _default() -> hypothesis.settings:
     failing runs reach; here those lines are the kit's own. It made reporting a planted bug
     about three times slower (measured on a 2-core CPU, two lanes, 60 examples of 40 steps:
     1.2-1.8 s without it, 3.4-6.7 s with it, for the intact, locked and refusal bugs of
-    ``tests/_managers.py``).
+    ``tests/support/managers.py``).
 
     One failure: with ``report_multiple_bugs`` Hypothesis keeps looking for other failures
     and shrinks each distinct one on its own, and a copy with a slot-index bug fails in many
     distinct ways: under ``ci`` it took 221 s to report, against 1.9 s for the one failure
-    (measured on this 2-core CPU; ``tests/_mutants.py``, slot-ubatch-plus-lane).
+    (measured on this 2-core CPU; ``tests/support/mutants.py``, slot-ubatch-plus-lane).
 
     Returns:
         Settings to pass to ``run_state_machine_as_test``.

@@ -1,0 +1,68 @@
+"""Layouts, spans and diffs read well: in print, in IPython's pretty text and in HTML."""
+
+import numpy as np
+from IPython.lib.pretty import pretty
+from support.scenes import U8, core_scene
+
+import functional_ws as fws
+
+F32 = np.dtype("float32")
+
+
+def test_diff_explains_changes_in_binary_units():
+    s, _, _ = core_scene()
+    after, _ = fws.acquire(fws.lock(s), (0, 0), ((1600,), U8))
+    assert str(fws.diff(s, after)).splitlines() == [
+        "workspace: locked False → True",
+        "slot (0, 0): high_water 512 B → 1.75 KiB",
+        "slot (0, 0): retained 'kv' at offset 1.50 KiB → none",
+    ]
+    assert str(fws.diff(s, s)) == "no differences" and len(fws.diff(s, s)) == 0
+    keyed = fws.claim(s, (1, 0), "w")[0]
+    assert str(fws.diff(s, keyed)) == "slot (1, 0): persistent_keys +'w'"
+    grown, _ = fws.acquire(s, (1, 0), ((266240,), U8))
+    assert "slot (1, 0): capacity 0 B → 260.00 KiB" in str(fws.diff(s, grown))
+
+
+def test_diff_displays_as_a_table_with_exact_bytes_on_hover():
+    s, _, _ = core_scene()
+    after, _ = fws.acquire(s, (1, 0), ((659712,), U8))
+    d = fws.diff(s, after)
+    html = d._repr_html_()
+    assert html.count("<tr>") == 1 + len(d)
+    assert 'title="644.25 KiB (659,712 B)">644.25 KiB</td>' in html
+    assert pretty(d) == str(d)  # IPython's text is the readable one, not the tuple's repr
+    assert fws.diff(s, s)._repr_html_() == "<i>no differences</i>"
+    assert repr(d).startswith("Diff((Change(slot=(1, 0), field='capacity'")
+
+
+def test_layout_reads_as_views_with_offsets_and_sizes():
+    _, layout = fws.acquire(fws.initial_state(), (0, 0), ((100,), F32), ((3000,), U8))
+    text = str(layout)
+    assert text.splitlines() == [
+        "Layout of slot (0, 0): 2 views, 3.50 KiB with padding (alignment 256), "
+        "grows slot (0, 0) to 3.50 KiB",
+        "  float32[100] @0: 400 B",
+        "  uint8[3000] @512: 2.93 KiB",
+    ]
+    assert pretty(layout) == text
+    html = layout._repr_html_()
+    assert html.count("<tr>") == 3 and 'title="2.93 KiB (3,000 B)">2.93 KiB' in html
+    assert "Layout(slot=(0, 0), index=0" in repr(layout)  # the exact repr stays
+
+
+def test_span_reads_as_key_view_offset_and_size():
+    s, _ = fws.acquire(fws.initial_state(), (0, 0), ((4096,), U8))
+    _, span, _ = fws.retain(s, (0, 0), ("kv", 3), ((300,), F32))
+    assert str(span) == (
+        "Span ('kv', 3) of slot (0, 0): float32[300] @2816, 1.17 KiB (alignment 256), no growth"
+    )
+    assert pretty(span) == str(span)
+    html = span._repr_html_()
+    assert "offset 2.75 KiB" in html and 'title="2.75 KiB (2,816 B)"' in html
+
+
+def test_a_state_pretty_prints_as_its_text():
+    s, _, _ = core_scene()
+    assert pretty(s) == str(s) == fws.render(s)
+    assert "retained: 'kv' at offset 1536 (1.50 KiB)" in str(s)

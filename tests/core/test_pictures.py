@@ -1,0 +1,245 @@
+"""The pictures say what the state says: segments, placement, HTML, matplotlib."""
+
+import itertools
+import re
+
+import matplotlib
+import numpy as np
+import pytest
+from support.scenes import U8, core_scene
+
+import functional_ws as fws
+from functional_ws.display import COLOURS, dtype_colour, slot_pictures
+from functional_ws.display._html import BAR_PX, MIN_VIEW_PX
+from functional_ws.display._picture import place
+
+matplotlib.use("Agg")
+F32, I32 = np.dtype("float32"), np.dtype("int32")
+
+
+def test_segments_cover_views_padding_free_and_tail():
+    s, layout, span = core_scene()
+    (p0, p1) = slot_pictures(s, {(0, 0): layout}, {(0, 0): span})
+    kinds = [(g.kind, g.start, g.end) for g in p0.segments]
+    assert kinds == [
+        ("view", 0, 200), ("padding", 200, 256), ("view", 256, 268), ("padding", 268, 512),
+        ("free", 512, 1536), ("retained", 1536, 1836), ("free", 1836, 2048),
+    ]  # fmt: skip
+    assert p0.capacity == 2048 and p1.segments == ()
+    assert p0.segments[0].colour == slot_pictures(s, {(0, 0): layout})[0].segments[0].colour
+
+
+def test_a_state_alone_calls_the_bytes_below_high_water_requested_not_free():
+    s, _, _ = core_scene()
+    kinds = [(g.kind, g.start, g.end) for g in slot_pictures(s)[0].segments]
+    assert kinds == [
+        ("requested", 0, 512), ("free", 512, 1536), ("retained", 1536, 2048),
+    ]  # fmt: skip
+
+
+def test_views_of_the_last_request_below_earlier_high_water_leave_requested_bytes():
+    s, _ = fws.acquire(fws.initial_state(), (0, 0), ((1000,), U8))
+    s, small = fws.acquire(s, (0, 0), ((10,), U8))
+    kinds = [(g.kind, g.start, g.end) for g in slot_pictures(s, {(0, 0): small})[0].segments]
+    assert kinds == [("view", 0, 10), ("padding", 10, 256), ("requested", 256, 1024)]
+
+
+def test_clobbered_tail_is_a_band_over_the_views_that_reach_into_it():
+    s, _, span = core_scene()
+    s2, big = fws.acquire(s, (0, 0), ((1600,), U8))  # reaches into the span
+    (p0, _) = slot_pictures(s2, {(0, 0): big}, {(0, 0): span})
+    rows = [g for g in p0.segments if not g.over]
+    bands = [g for g in p0.segments if g.over]
+    assert [(g.kind, g.start, g.end) for g in bands] == [("clobbered", 1536, 1792)]
+    assert all(a.end == b.start for a, b in itertools.pairwise(rows))  # back to back
+    assert rows[0].start == 0 and rows[-1].end == 2048
+    assert ("clobbered", 1792, 1836) in [(g.kind, g.start, g.end) for g in rows]
+    assert "clobbered" in bands[0].label
+
+
+def test_zero_sized_views_are_drawn():
+    s, layout = fws.acquire(fws.initial_state(), (0, 0), ((0,), F32), ((4,), F32))
+    (p,) = slot_pictures(s, {(0, 0): layout})
+    assert [(g.kind, g.start, g.end) for g in p.views] == [("view", 0, 0), ("view", 0, 16)]
+    placed = place(p, 100, 4)
+    assert all(
+        x1 - x0 >= 4
+        for (x0, x1), g in zip(placed.spans, p.segments, strict=True)
+        if g.kind == "view"
+    )
+
+
+@pytest.mark.parametrize("tiny", [1, 5, 40])
+def test_placement_keeps_every_view_at_least_the_minimum_and_the_bar_to_length(tiny):
+    s, layout = fws.acquire(
+        fws.initial_state(), (0, 0), ((2**19,), F32), *[((k + 1,), I32) for k in range(tiny)]
+    )
+    (p,) = slot_pictures(s, {(0, 0): layout})
+    placed = place(p, 500, 4)
+    widths = [x1 - x0 for x0, x1 in placed.spans]
+    views = [w for w, g in zip(widths, p.segments, strict=True) if g.kind == "view"]
+    assert min(views) >= 4 - 1e-9 and len(views) == tiny + 1
+    assert placed.width == pytest.approx(500) and placed.spans[-1][1] == pytest.approx(500)
+    assert all(a[1] == pytest.approx(b[0]) for a, b in itertools.pairwise(placed.spans))
+    big = widths[0] / 500
+    assert big == pytest.approx(2**21 / p.capacity, abs=0.01 * tiny)  # the rest to scale
+
+
+def test_placement_lengthens_a_bar_too_short_for_its_views():
+    s, layout = fws.acquire(fws.initial_state(), (0, 0), *[((1,), U8)] * 30)
+    (p,) = slot_pictures(s, {(0, 0): layout})
+    placed = place(p, 50, 4)
+    assert placed.width >= 30 * 4
+    assert all(
+        x1 - x0 >= 4
+        for (x0, x1), g in zip(placed.spans, p.segments, strict=True)
+        if g.kind == "view"
+    )
+
+
+def test_common_dtypes_have_distinct_colours():
+    from functional_ws.display._picture import KNOWN_DTYPES
+
+    assert len(set(KNOWN_DTYPES.values())) == len(KNOWN_DTYPES)
+    assert dtype_colour("torch.float16") == dtype_colour(np.dtype("float16"))
+    assert dtype_colour("torch.int32") != dtype_colour("torch.float16")
+    for (a, x), (b, y) in itertools.combinations(KNOWN_DTYPES.items(), 2):
+        assert _distance(x, y) > 25, (a, b)  # int32 and uint8 looked alike once
+
+
+def _html_views(html):
+    return re.findall(r'class="fws-seg fws-view"[^>]*style="left:([\d.]+)px;width:([\d.]+)px', html)
+
+
+def test_html_shows_header_views_keys_and_exact_bytes_on_hover():
+    s, layout, span = core_scene()
+    html = fws.render_html(fws.lock(s), {(0, 0): layout}, {(0, 0): span})
+    assert "<b>WorkspaceState</b>: 2 ubatches x 1 lane" in html and "LOCKED" in html
+    assert 'title="float16[100]: 200 B at offset 0 B (bytes 0 to 200)"' in html
+    assert 'title="int32[3]: 12 B at offset 256 B (bytes 256 to 268)"' in html
+    assert "retained &#x27;kv&#x27; (intact)" in html
+    assert html.count('class="fws-row"') == 2
+    assert "2.00 KiB, high water 512 B" in html and "no buffer yet" in html
+    keys = re.findall(r'class="fws-key" data-key="([^"]+)"', html)
+    assert keys == ["float16", "int32", "padding", "free", "retained", "high water"]
+    assert s._repr_html_() == fws.render_html(s)
+    assert all(float(w) >= MIN_VIEW_PX for _, w in _html_views(html))
+
+
+def test_html_bars_are_to_scale_and_no_wider_than_their_views_need():
+    s, layout, _ = core_scene()
+    s, other = fws.acquire(s, (1, 0), ((256,), U8))
+    html = fws.render_html(s, {(0, 0): layout, (1, 0): other})
+    widths = [float(w) for w in re.findall(r'class="fws-bar[^"]*" style="width:([\d.]+)px', html)]
+    assert widths == [BAR_PX, pytest.approx(BAR_PX * 256 / 2048)]
+
+
+def test_html_labels_are_whole_or_absent():
+    s, layout, span = core_scene()
+    html = fws.render_html(s, {(0, 0): layout}, {(0, 0): span})
+    for width, label in re.findall(
+        r'width:([\d.]+)px;[^>]*><span class="fws-label[^"]*">([^<]*)<', html
+    ):
+        assert len(label) * 6.3 + 6 <= float(width), (label, width)
+    labels = re.findall(r'<span class="fws-label[^"]*">([^<]*)</span>', html)
+    assert "retained &#x27;kv&#x27; (intact)" in labels or "retained" in labels
+
+
+def test_html_uses_no_glyph_outside_the_basic_multilingual_plane():
+    s, layout, span = core_scene()
+    for html in (fws.render_html(fws.lock(s), {(0, 0): layout}, {(0, 0): span}), s._repr_html_()):
+        assert max(map(ord, html)) <= 0xFFFF
+
+
+def test_plot_draws_one_bar_per_slot_starting_at_zero():
+    s, layout, span = core_scene()
+    fig = fws.plot(s, {(0, 0): layout}, {(0, 0): span})
+    ax = fig.axes[0]
+    outlines = [p for p in ax.patches if p.get_facecolor()[:3] == (1.0, 1.0, 1.0)]
+    assert sorted(p.get_width() for p in outlines) == [0, 2048]  # capacities, to scale
+    assert "unlocked" in ax.get_title() and "WorkspaceState" in ax.get_title()
+    fig.canvas.draw()
+    ticks = [t.get_text() for t in ax.get_xticklabels() if t.get_position()[0] >= 0]
+    assert ticks[0] == "0 B" and ax.get_xlim()[0] == 0
+
+
+def test_plot_widens_tiny_views_and_keeps_them_in_order():
+    s, layout = fws.acquire(
+        fws.initial_state(), (0, 0), ((2**19,), F32), *[((k + 1,), I32) for k in range(5)]
+    )
+    fig = fws.plot(s, {(0, 0): layout})
+    views = [p for p in fig.axes[0].patches if p.get_facecolor()[:3] != (1.0, 1.0, 1.0)]
+    views = [p for p in views if matplotlib.colors.to_hex(p.get_facecolor()) in
+             {dtype_colour("float32").lower(), dtype_colour("int32").lower()}]  # fmt: skip
+    widths = [p.get_width() for p in views]
+    assert len(widths) == 6 and min(widths) >= 0.01 * s.capacity((0, 0)) * 0.999
+    lefts = [p.get_x() for p in views]
+    assert lefts == sorted(lefts)
+
+
+def test_plot_is_not_left_on_pyplot():
+    import matplotlib.pyplot as plt
+
+    plt.close("all")
+    s, layout, span = core_scene()
+    fig = fws.plot(s, {(0, 0): layout}, {(0, 0): span})
+    assert plt.get_fignums() == []
+    assert fig._repr_png_().startswith(b"\x89PNG")
+    _, ax = plt.subplots()
+    assert fws.plot(s, ax=ax) is ax.figure  # drawing into the caller's axes
+    plt.close("all")
+
+
+def test_png_legend_names_every_mark_drawn():
+    s, layout, span = core_scene()
+    fig = fws.plot(s, {(0, 0): layout}, {(0, 0): span})
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert "view: float16" in labels and "view: int32" in labels
+    assert {"alignment padding", "free (above high water)", "retained span, intact"} <= set(labels)
+    assert "retained span, clobbered" not in labels  # nothing is clobbered here
+    assert any(label.startswith("high water") for label in labels)
+    assert any(label.startswith("capacity") for label in labels)
+
+
+def test_renderers_take_explicit_inputs():
+    s, _layout, _span = core_scene()
+    with pytest.raises(TypeError, match=r"ws\.plot\(\).*pass ws.state, ws.last_layouts"):
+        fws.render_html(object())
+    with pytest.raises(TypeError, match="WorkspaceState"):
+        fws.plot({"state": s})
+
+
+def _lab(colour):
+    """CIE L*a*b* of a ``#rrggbb`` colour (D65), for perceptual distances."""
+    rgb = [int(colour[i : i + 2], 16) / 255 for i in (1, 3, 5)]
+    lin = [c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4 for c in rgb]
+    m = ((0.4124, 0.3576, 0.1805), (0.2126, 0.7152, 0.0722), (0.0193, 0.1192, 0.9505))
+    xyz = [sum(a * b for a, b in zip(row, lin, strict=True)) for row in m]
+    ref = (0.95047, 1.0, 1.08883)
+    f = [(t / r) ** (1 / 3) if t / r > 0.008856 else 7.787 * t / r + 16 / 116
+         for t, r in zip(xyz, ref, strict=True)]  # fmt: skip
+    return (116 * f[1] - 16, 500 * (f[0] - f[1]), 200 * (f[1] - f[2]))
+
+
+def _distance(a, b):
+    return sum((x - y) ** 2 for x, y in zip(_lab(a), _lab(b), strict=True)) ** 0.5
+
+
+def test_views_never_look_like_the_tail_free_space_or_padding():
+    from functional_ws.display._picture import DTYPE_PALETTE, KNOWN_DTYPES
+
+    views = set(DTYPE_PALETTE) | set(KNOWN_DTYPES.values())
+    for view in views:
+        for kind, fixed in COLOURS.items():
+            assert _distance(view, fixed) > 25, (view, kind, fixed)  # clearly different hues
+    for a, b in itertools.combinations(COLOURS.values(), 2):
+        assert _distance(a, b) > 25
+
+
+def test_html_bands_carry_no_label_only_hover_text():
+    s, _, span = core_scene()
+    s2, big = fws.acquire(s, (0, 0), ((1600,), U8))  # reaches into the span
+    html = fws.render_html(s2, {(0, 0): big}, {(0, 0): span})
+    (band,) = re.findall(r'<div class="fws-seg fws-clobbered fws-band"[^>]*>(.*?)</div>', html)
+    assert band == ""
+    assert 'fws-band" data-start="1536" data-end="1792" title="retained &#x27;kv&#x27;' in html

@@ -1,0 +1,338 @@
+"""interop.testing: our façade and the original's algorithm pass, planted bugs are caught short.
+
+The original's algorithm (``tests/support/managers.py``) keeps only relative alignment, so it fails
+the absolute-alignment property on the CPU, and it crashes on a zero-byte request to a slot
+that never grew; with ``empty_requests=False`` it passes every other family. Each planted
+bug is run with only its family selected (plus the family whose calls it needs) and must be
+reported with its symptom after a shrunk sequence of at most five calls. The mutation score
+over copies of the original is ``test_kit_mutants.py``'s.
+"""
+
+import contextlib
+import re
+
+import pytest
+from hypothesis import settings
+from support import managers as m
+from support.helpers import import_without_hypothesis
+from support.user_module import pytest_user_module
+
+import interop
+import interop.testing
+from interop.testing import PROPERTIES, MachineConfig, WorkspaceAPIMachine, check_workspace
+from interop.testing._check import _default
+from interop.testing._probe import misaligned_view
+
+#: The loaded profile without the explain phase; one failure reported, not a group.
+ONE_BUG = settings(_default(), report_multiple_bugs=False)
+QUICK = settings(ONE_BUG, max_examples=20, stateful_step_count=20)
+MAX_STEPS = 5
+ALL_BUT_ABSOLUTE = [p for p in PROPERTIES if p != "absolute_alignment"]
+ORIGINAL_SLOTS = {
+    "num_ubatches": 2, "num_lanes": 2, "use_lane": m.use_lane, "use_ubatch": m.use_ubatch,
+}  # fmt: skip
+
+
+def _steps(err: BaseException) -> list[str]:
+    """The calls of the shrunk example Hypothesis printed in the exception's notes."""
+    notes = getattr(err, "__notes__", [])
+    skip = ("state.new_manager()", "state.teardown()")
+    return [n for n in notes if n.startswith("state.") and n not in skip]
+
+
+def _fails(factory, symptom: str, **kwargs) -> AssertionError:
+    with pytest.raises(AssertionError, match=symptom) as info:
+        check_workspace(factory, settings=ONE_BUG, **kwargs)
+    steps = _steps(info.value)
+    assert 1 <= len(steps) <= MAX_STEPS, steps
+    return info.value
+
+
+def test_public_names_are_pinned():
+    assert set(interop.testing.__all__) == {
+        "DESCRIPTIONS", "MachineConfig", "PROPERTIES", "ReferenceWorkspaceManager",
+        "WorkspaceAPI", "WorkspaceAPIMachine", "check_workspace", "make_machine",
+        "no_accelerator_cache", "register_profiles",
+    }  # fmt: skip
+    assert PROPERTIES == (
+        "shapes", "containment", "disjoint", "relative_alignment", "absolute_alignment",
+        "intact", "locked", "persistent",
+    )  # fmt: skip
+
+
+def test_facade_passes_every_property():
+    check_workspace(
+        lambda u, lanes: interop.WorkspaceManager("cpu", u, lanes),
+        num_ubatches=2,
+        num_lanes=2,
+        use_lane=interop.use_workspace_lane,
+        use_ubatch=interop.use_workspace_ubatch,
+    )
+
+
+def test_facade_growing_every_ubatch_together_passes():
+    """Another slot's buffer changing unseen (the "ubatches" policy) is not growth while locked."""
+    check_workspace(
+        lambda u, lanes: interop.WorkspaceManager("cpu", u, lanes, growth="ubatches"),
+        num_ubatches=3,
+        use_ubatch=interop.use_workspace_ubatch,
+        properties=["locked", "intact", "containment"],
+        settings=settings(ONE_BUG, max_examples=30),
+    )
+
+
+def test_original_algorithm_passes_all_but_absolute_alignment():
+    check_workspace(m.OriginalAlgorithmManager, properties=ALL_BUT_ABSOLUTE, **ORIGINAL_SLOTS)
+
+
+def test_the_literal_original_passes_all_but_absolute_alignment_without_empty_requests():
+    """The README's claim, as written: the reference exactly, zero-byte crash and all."""
+    check_workspace(
+        m.LiteralOriginal, properties=ALL_BUT_ABSOLUTE, empty_requests=False, **ORIGINAL_SLOTS
+    )
+
+
+def test_the_zero_byte_crash_is_one_failure_locked_or_not():
+    """With several failures reported, one cause is still one failure."""
+    with pytest.raises(AssertionError, match=r"^get_simultaneous\(\(\(0,\), ") as info:
+        check_workspace(
+            m.LiteralOriginal,
+            properties=ALL_BUT_ABSOLUTE,
+            settings=settings(_default(), report_multiple_bugs=True),
+            **ORIGINAL_SLOTS,
+        )
+    assert not [n for n in info.value.__notes__ if "distinct failures" in n]
+
+
+class TwoBugs(m.WrongShape, m.FactoryTwice):
+    """Flat views, and a factory called on every request."""
+
+
+def test_distinct_failures_come_as_one_assertion_error_with_the_others_in_its_notes():
+    """Several failures reported: the simplest raised, the others noted."""
+    shape = r"get_simultaneous\(.*\): view \d has shape"
+    factory = r"get_persistent_resource\('k0', factory\) called the factory again"
+    with pytest.raises(AssertionError, match=f"{shape}|{factory}") as info:
+        check_workspace(
+            TwoBugs,
+            properties=["shapes", "persistent"],
+            settings=settings(_default(), report_multiple_bugs=True),
+        )
+    notes = info.value.__notes__
+    (summary,) = [i for i, n in enumerate(notes) if "distinct failures" in n]
+    assert notes[summary].startswith("check_workspace found 2 distinct failures")
+    other = factory if re.match(shape, str(info.value)) else shape
+    assert re.match(f"- AssertionError: {other}", notes[summary + 1]), notes[summary + 1]
+    steps = notes[summary + 2 :]
+    assert steps and all(n.startswith("    state.") for n in steps), steps
+
+
+def test_original_algorithm_fails_absolute_alignment_on_cpu():
+    err = _fails(
+        m.OriginalAlgorithmManager,
+        r"absolute alignment: .* data_ptr\(\) % 256 == (64|128|192)",
+        **ORIGINAL_SLOTS,
+    )
+    assert _steps(err) == ["state.check_absolute_alignment()"]
+    # The notes show the calls the check made, the last one the misaligned view.
+    calls = [n for n in err.__notes__ if n.startswith("  fresh manager ")]
+    assert calls and re.match(
+        r"  fresh manager \d+: get_\w+\(.*\) -> data_ptr\(\) % 256 == \[(64|128|192)", calls[-1]
+    ), calls
+
+
+def test_absolute_alignment_probe_never_passes_relative_alignment_by_luck():
+    """About one CPU buffer in four is 256-aligned by chance; the probe makes 16 buffers."""
+    select = lambda slot: contextlib.nullcontext()  # noqa: E731
+    verdicts = [misaligned_view(m.OriginalAlgorithmManager, 1, 1, select) for _ in range(200)]
+    assert all(v is not None for v in verdicts)
+
+
+def test_absolute_alignment_probe_passes_the_facade():
+    select = lambda slot: contextlib.nullcontext()  # noqa: E731
+    assert misaligned_view(lambda u, lanes: interop.WorkspaceManager("cpu"), 1, 1, select) is None
+
+
+LANES = {"num_lanes": 2, "use_lane": m.use_lane}
+
+
+@pytest.mark.parametrize(
+    ("manager", "families", "symptom", "slots"),
+    [
+        pytest.param(m.WrongShape, ["shapes"], r"view \d has shape \(\d+,\)", {}, id="shapes"),
+        pytest.param(m.StrayView, ["containment"], "lies in another buffer", {}, id="containment"),
+        pytest.param(m.OverlappingViews, ["disjoint"], r"view 0 .* and view 1 .* overlap", {},
+                     id="disjoint-one-call"),
+        pytest.param(m.LanesShareBuffer, ["disjoint"], "in lane 1 overlaps .* in lane 0", LANES,
+                     id="disjoint-lanes"),
+        pytest.param(m.WrongOffset, ["relative_alignment"], r"lies \+64 bytes from", {},
+                     id="relative-alignment"),
+        pytest.param(m.IntactLie, ["intact"], r"get_retained.* reported intact, but", {},
+                     id="intact-lie"),
+        pytest.param(m.GrowsWhileLocked, ["locked"], "new buffer .* while the workspace is locked",
+                     {}, id="growth-while-locked"),
+        pytest.param(m.RefusesWhatFits, ["locked"], "a request that fits must succeed", {},
+                     id="refuses-what-fits"),
+        pytest.param(m.RefusesWithRuntimeError, ["locked"], "raised RuntimeError while locked",
+                     {}, id="refusal-type"),
+        pytest.param(m.ClearsBeforeRefusing, ["locked", "intact"],
+                     r"refused .* changed byte \d+ of the retained span", {},
+                     id="refusal-changes-retained-bytes"),
+        pytest.param(m.NewKeyWhileLocked, ["locked", "persistent"],
+                     r"get_persistent.* should raise AssertionError, but it succeeded", {},
+                     id="new-key-while-locked"),
+        pytest.param(m.PersistentInScratch, ["disjoint", "persistent"],
+                     r"overlaps the tensor get_persistent|get_persistent.* overlaps", {},
+                     id="persistent-in-scratch"),
+        pytest.param(m.FactoryTwice, ["persistent"], "called the factory again", {},
+                     id="factory-twice"),
+        pytest.param(m.ZeroesEveryTime, ["persistent"],
+                     r"zero_init=True.*: byte \d+ of the tensor", {}, id="zero-init-twice"),
+    ],
+)  # fmt: skip
+def test_planted_bug_is_caught_with_a_short_example(manager, families, symptom, slots):
+    """One slot unless the bug needs two: the fewest slots give the shortest examples."""
+    _fails(manager, symptom, properties=families, **slots)
+
+
+def test_a_managers_own_exception_is_one_failure_naming_the_call():
+    """The original slices ``None`` on a zero-byte request to a slot that never grew."""
+    with pytest.raises(AssertionError) as info:
+        check_workspace(m.LiteralOriginal, properties=["shapes"], settings=ONE_BUG)
+    assert str(info.value) == (
+        "get_simultaneous(((0,), torch.float16)) raised TypeError: "
+        "'NoneType' object is not subscriptable"
+    )
+    assert isinstance(info.value.__cause__, TypeError)
+    (step,) = _steps(info.value)
+    assert step.startswith("state.get_simultaneous(")
+    assert "get_simultaneous(((0,), torch.float16)): 0 bytes with padding" in info.value.__notes__
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"properties": ["alignment"]}, ValueError,
+         "unknown properties .'alignment'.; valid: shapes, containment, disjoint"),
+        ({"num_lanes": 2}, ValueError, "num_lanes=2 needs use_lane"),
+        ({"num_ubatches": 2}, ValueError, "num_ubatches=2 needs use_ubatch"),
+        ({"num_lanes": 0}, ValueError, "num_lanes must be at least one, got 0"),
+        ({"num_ubatches": True}, TypeError, "num_ubatches must be an int, got True"),
+        ({"num_lanes": 2.0}, TypeError, "num_lanes must be an int, got 2.0"),
+        ({"factory": "manager"}, TypeError, "factory must be callable"),
+        ({"num_lanes": 2, "use_lane": "lane"}, TypeError,
+         "use_lane must be None or callable as use_lane.i., .* got 'lane'"),
+        ({"properties": 3}, TypeError, "properties must be None or an iterable of names, got 3"),
+        ({"properties": ["intact", 3]}, TypeError, "properties must be names .strings., got 3"),
+        ({"empty_requests": 0}, TypeError, "empty_requests must be True or False, got 0"),
+        ({"settings": {"max_examples": 5}}, TypeError,
+         "settings must be None or a hypothesis.settings, got .'max_examples': 5."),
+    ],
+    ids=["unknown-property", "lanes-without-selector", "ubatches-without-selector",
+         "zero-lanes", "bool-ubatches", "float-lanes", "factory-not-callable",
+         "selector-not-callable", "properties-not-iterable", "property-not-a-name",
+         "empty-requests-not-bool", "settings-not-settings"],
+)  # fmt: skip
+def test_bad_arguments_are_refused_by_name(kwargs, error, match):
+    kwargs = {"factory": m.OriginalAlgorithmManager, **kwargs}
+    with pytest.raises(error, match=match):
+        check_workspace(kwargs.pop("factory"), **kwargs)
+
+
+def test_the_machine_needs_a_configuration():
+    with pytest.raises(TypeError, match="config"):
+        WorkspaceAPIMachine()
+    with pytest.raises(TypeError, match=r"must be an interop.testing.MachineConfig, got 'cpu'"):
+        WorkspaceAPIMachine("cpu")
+
+
+def test_configuring_by_class_attribute_is_refused_with_the_fix():
+    with pytest.raises(TypeError, match=r"WorkspaceAPIMachine\(MachineConfig\(factory"):
+
+        class Old(WorkspaceAPIMachine):  # how make_machine configured it in earlier releases
+            config = MachineConfig(m.OriginalAlgorithmManager)
+
+
+class Recording:
+    """A manager that records the names of the methods called on it."""
+
+    def __init__(self, manager, called):
+        self._manager, self._called = manager, called
+
+    def __getattr__(self, name):
+        self._called.add(name)
+        return getattr(self._manager, name)
+
+
+@pytest.mark.parametrize(
+    ("properties", "expected"),
+    [
+        (["shapes"], {"get_simultaneous"}),
+        (["intact"], {"get_simultaneous", "get_retained"}),
+        (["locked"], {"get_simultaneous", "is_locked", "lock", "unlock"}),
+        (["persistent"], {"get_simultaneous", "get_persistent", "get_persistent_resource"}),
+    ],
+    ids=["shapes", "intact", "locked", "persistent"],
+)
+def test_rules_of_families_left_out_do_not_run(properties, expected):
+    called = set()
+    factory = lambda u, lanes: Recording(m.OriginalAlgorithmManager(u, lanes), called)  # noqa: E731
+    check_workspace(factory, properties=properties, settings=QUICK)
+    assert called == expected
+
+
+def test_statistics_say_what_the_runs_exercised():
+    texts = []
+    check_workspace(
+        m.OriginalAlgorithmManager,
+        properties=ALL_BUT_ABSOLUTE,
+        settings=QUICK,
+        statistics=texts.append,
+        **ORIGINAL_SLOTS,
+    )
+    (text,) = texts
+    for event in ("get_retained calls: ", "growths: ", "requests reaching into a retained span",
+                  "get_retained calls that must be intact", "refusals while locked: "):  # fmt: skip
+        assert event in text, text
+    assert max(len(line) for line in text.splitlines()) < 120, text
+
+
+def test_without_hypothesis_the_kit_says_what_to_install():
+    done = import_without_hypothesis("interop.testing")
+    assert done.stdout.splitlines() == [
+        "interop.testing needs Hypothesis, which is not installed: "
+        "pip install 'functional-ws[testing]'",
+        "ModuleNotFoundError hypothesis",
+    ], done.stdout + done.stderr
+
+
+USER_MODULE = """
+    from hypothesis import settings
+
+    import interop
+    from interop.testing import check_workspace, make_machine
+
+    QUICK = settings(max_examples=3, stateful_step_count=5, database=None)
+
+
+    def facade(num_ubatches, num_lanes):
+        return interop.WorkspaceManager("cpu", num_ubatches, num_lanes)
+
+
+    def test_my_manager():
+        check_workspace(facade, settings=QUICK)
+
+
+    TestMyManager = make_machine(facade).TestCase
+    TestMyManager.settings = QUICK
+"""
+
+
+def test_a_users_test_module_collects_and_runs_cleanly(tmp_path):
+    """``check_workspace`` in a test, ``make_machine(...).TestCase``: no collection warning,
+    and pytest's statistics show what the ``TestCase`` exercised, in short lines."""
+    done = pytest_user_module(tmp_path, USER_MODULE, "--hypothesis-show-statistics")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "2 passed" in done.stdout and "warning" not in done.stdout.lower(), done.stdout
+    assert "get_simultaneous calls: " in done.stdout, done.stdout
+    assert max(len(line) for line in done.stdout.splitlines()) < 120, done.stdout

@@ -1,0 +1,95 @@
+"""``python -m interop``: its help, its arguments, and the refusal naming the demo's line.
+
+The console script is checked from a real install in ``tests/package/test_install.py``.
+"""
+
+import os
+import runpy
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import interop
+from interop._cli import main
+from interop._diagnostics import is_user_file
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _run_module(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT)}
+    return subprocess.run(
+        [sys.executable, "-m", "interop", *args], cwd=cwd, env=env, capture_output=True, text=True
+    )
+
+
+def test_help_keeps_the_example_lines_and_names_the_module(tmp_path):
+    out = _run_module("--help", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0] == "usage: python -m interop [-h] [--device DEVICE] [--png PATH]"
+    assert "  python -m interop --device cpu --png layout.png" in lines
+    assert "  python -m interop" in lines
+    assert "``" not in out.stdout and "functional_ws" not in out.stdout
+
+
+def test_help_takes_the_console_scripts_name_from_argv(monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", ["/somewhere/bin/functional-ws", "--help"])
+    with pytest.raises(SystemExit) as exit_:
+        main()
+    assert exit_.value.code == 0
+    assert capsys.readouterr().out.startswith("usage: functional-ws [-h]")
+
+
+@pytest.mark.parametrize(
+    ("device", "complaint"),
+    [("bogus", "'bogus' is not a torch device"), ("cuda", "'cuda': this torch sees no CUDA")],
+    ids=["unknown", "cuda-without-cuda"],
+)
+def test_a_bad_device_is_a_usage_error(device, complaint, capsys):
+    if device == "cuda" and torch.cuda.is_available():
+        pytest.skip("this torch sees a CUDA device")
+    with pytest.raises(SystemExit) as exit_:
+        main(["--device", device], prog="python -m interop")
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "python -m interop: error: argument --device: " + complaint in err
+
+
+def test_the_module_runs_the_demo_and_its_refusal_names_the_demos_line(tmp_path):
+    out = _run_module("--device", "cpu", "--png", "layout.png", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    refusal = out.stdout.split("refused while locked (WorkspaceLockedError):\n", 1)[1]
+    assert refusal.lstrip().startswith("Workspace is locked but allocation from '_demo.py:")
+    assert ":run_demo' requires" in refusal.splitlines()[0]
+    assert "<frozen" not in out.stdout and "runpy" not in out.stdout
+    assert (tmp_path / "layout.png").stat().st_size > 10_000
+
+
+@pytest.mark.parametrize(
+    ("filename", "users"),
+    [
+        ("<frozen runpy>", False),
+        ("<frozen importlib._bootstrap>", False),
+        ("<frozen importlib._bootstrap_external>", False),
+        (runpy.__file__, False),
+        (interop.__file__, False),
+        (str(Path(interop.__file__).parent / "_manager.py"), False),
+        (str(Path(interop.__file__).parent / "testing" / "__init__.py"), False),
+        (str(Path(interop.__file__).parent / "_demo.py"), True),
+        ("<string>", True),
+        ("<stdin>", True),
+        (__file__, True),
+        ("/home/me/train.py", True),
+    ],
+    ids=[
+        "frozen-runpy", "frozen-bootstrap", "frozen-bootstrap-external", "runpy-file",
+        "interop", "manager", "interop-testing", "demo", "python-c", "stdin", "this-test",
+        "a-script",
+    ],
+)  # fmt: skip
+def test_whose_frame_is_it(filename, users):
+    assert is_user_file(filename) is users

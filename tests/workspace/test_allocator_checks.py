@@ -1,0 +1,131 @@
+"""Allocator results that pass the old checks but would break the workspace are refused:
+memory another slot is using, and torch's negative bit (issue 10, item 9)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import TEST_DEVICE as DEVICE
+from support.seams import slots_snapshot
+
+import interop
+from interop import WorkspaceManager, use_workspace_ubatch
+from interop._workspace._allocators import FunctionAllocator, check_allocation
+
+U8 = torch.uint8
+POOL = FunctionAllocator(lambda nbytes, device: torch.empty(0))  # named in the messages
+
+
+def _arena(nbytes: int = 8192) -> torch.Tensor:
+    return torch.empty((nbytes,), dtype=U8, device=DEVICE)
+
+
+def _check(result, nbytes, in_use=()):
+    return check_allocation(result, nbytes, DEVICE, POOL, in_use=in_use)
+
+
+ARENA = _arena()
+# id, the result, bytes asked for, the buffers in use
+OVERLAPPING = [
+    ("the-same-block", ARENA[:1024], 1024, [ARENA[:1024]]),
+    ("starts-inside", ARENA[512:1536], 1024, [ARENA[:1024]]),
+    ("ends-inside", ARENA[:1024], 1024, [ARENA[512:1536]]),
+    ("contains-it", ARENA[:4096], 4096, [ARENA[1024:2048]]),
+    ("inside-it", ARENA[1024:2048], 1024, [ARENA[:4096]]),
+    ("one-byte", ARENA[1023:2047], 1024, [ARENA[:1024]]),
+    ("the-second-of-several", ARENA[2048:3072], 1024, [ARENA[:1024], None, ARENA[2560:4096]]),
+]  # fmt: skip
+DISJOINT = [
+    ("adjacent-after", ARENA[1024:2048], 1024, [ARENA[:1024]]),
+    ("adjacent-before", ARENA[:1024], 1024, [ARENA[1024:2048]]),
+    ("no-buffers-yet", ARENA[:1024], 1024, [None, None]),
+    ("an-empty-buffer", ARENA[:1024], 1024, [ARENA[512:512]]),
+    ("only-the-bytes-asked-count", ARENA[:2048], 1024, [ARENA[1024:2048]]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("result", "nbytes", "in_use"),
+    [case[1:] for case in OVERLAPPING],
+    ids=[case[0] for case in OVERLAPPING],
+)
+def test_memory_another_slot_uses_is_refused(result, nbytes, in_use):
+    with pytest.raises(interop.errors.AllocationOverlapError) as info:
+        _check(result, nbytes, in_use)
+    err = info.value
+    assert isinstance(err, interop.errors.AllocationValueError) and isinstance(err, ValueError)
+    assert err.reason == "overlap"
+    assert "overlap" in str(err) and f"{result.data_ptr():#x}" in str(err)
+    assert "allocator '<lambda>'" in str(err)
+
+
+@pytest.mark.parametrize(
+    ("result", "nbytes", "in_use"),
+    [case[1:] for case in DISJOINT],
+    ids=[case[0] for case in DISJOINT],
+)
+def test_disjoint_memory_is_accepted(result, nbytes, in_use):
+    assert _check(result, nbytes, in_use) is result
+
+
+def test_a_buffer_with_the_negative_bit_is_refused():
+    negated = _arena(1024)._neg_view()
+    assert negated.is_neg() and negated.dtype == U8
+    with pytest.raises(interop.errors.AllocationNegativeBitError) as info:
+        _check(negated, 1024)
+    assert isinstance(info.value, interop.errors.AllocationValueError)
+    assert info.value.reason == "negative" and "negative bit" in str(info.value)
+
+
+# ----- through the manager -----
+
+
+def test_a_negated_buffer_is_refused_at_growth_and_changes_nothing():
+    calls = []
+
+    def negating_pool(nbytes, device):
+        calls.append(nbytes)
+        block = torch.empty((nbytes + 256,), dtype=U8, device=device)
+        start = -block.data_ptr() % 256
+        block = block[start : start + nbytes]
+        return block._neg_view() if len(calls) > 1 else block
+
+    ws = WorkspaceManager(DEVICE, allocator=negating_pool)
+    (view,) = ws.get_simultaneous(((1000,), U8))
+    view.fill_(9)
+    before = slots_snapshot(ws, ubatches=1)
+    with pytest.raises(interop.errors.AllocationNegativeBitError):
+        ws.get_simultaneous(((5000,), U8))
+    after = slots_snapshot(ws, ubatches=1)
+    assert after[0] is before[0] and after[1][0][0] == before[1][0][0]
+    assert torch.equal(after[1][0][1], before[1][0][1])
+    (again,) = ws.get_simultaneous(((1000,), U8))  # the old buffer still serves
+    assert again.eq(9).all()
+
+
+class OneArena:
+    """A broken pool: every request gets the start of the same arena."""
+
+    def __init__(self):
+        block = torch.empty((1 << 20) + 256, dtype=U8, device=DEVICE)
+        start = -block.data_ptr() % 256
+        self.arena = block[start : start + (1 << 20)]
+
+    def __call__(self, nbytes, device):
+        return self.arena[:nbytes]
+
+
+@pytest.mark.parametrize("growth", ["slot", "ubatches"])
+def test_one_arena_handed_to_two_slots_is_refused_and_changes_nothing(growth):
+    ws = WorkspaceManager(DEVICE, num_ubatches=2, growth=growth, allocator=OneArena())
+    with use_workspace_ubatch(0):
+        if growth == "slot":
+            (first,) = ws.get_simultaneous(((1000,), U8))
+            first.fill_(1)
+        before = slots_snapshot(ws)
+        with use_workspace_ubatch(1), pytest.raises(interop.errors.AllocationOverlapError):
+            ws.get_simultaneous(((1000,), U8))  # slot 1 (or both slots) from the same arena
+        after = slots_snapshot(ws)
+    assert after[0] is before[0]
+    for was, now in zip(before[1], after[1], strict=True):
+        assert (was is None and now is None) or (was[0] == now[0] and torch.equal(was[1], now[1]))

@@ -1,0 +1,153 @@
+"""The manager's pictures, statistics and recorded history show what its calls did."""
+
+import re
+
+import matplotlib
+import pytest
+import torch
+from IPython.lib.pretty import pretty
+from support.scenes import manager_scene, many_slots, recorded_history, tiny_beside_huge
+
+from interop import WorkspaceLockedError, WorkspaceManager, use_workspace_ubatch
+
+matplotlib.use("Agg")
+
+
+def test_last_layouts_and_spans_feed_the_pictures():
+    ws = manager_scene()
+    assert ws.last_layouts[(0, 0)].offsets == (0, 256)
+    assert ws.last_spans[(0, 0)].offset == 1536 and (1, 0) not in ws.last_spans
+    html = ws._repr_html_()
+    assert 'title="float16[100]: 200 B at offset 0 B' in html
+    assert 'title="int32[3]: 12 B at offset 256 B' in html
+    assert "(intact)" in html
+    ws.get_simultaneous(((1600,), torch.uint8))  # reaches into the tail
+    assert "(clobbered)" in ws._repr_html_()
+    fig = ws.plot()
+    title = fig.axes[0].get_title()
+    assert title.startswith("WorkspaceManager on cpu: 2 ubatches x 1 lane") and "unlocked" in title
+    assert "allocator torch" in title
+
+
+def test_a_manager_displays_as_itself_with_device_allocator_and_lock():
+    ws = manager_scene()
+    ws.lock()
+    html = ws._repr_html_()
+    assert "<b>WorkspaceManager on cpu</b>: 2 ubatches x 1 lane" in html
+    assert "LOCKED, allocator torch" in html and "WorkspaceState" not in html
+    assert repr(ws) == "WorkspaceManager(device=cpu, 2 ubatches x 1 lane, 4.00 KiB, locked)"
+    one = WorkspaceManager("cpu", num_lanes=2, allocator="jax")
+    assert (
+        repr(one)
+        == "WorkspaceManager(device=cpu, 1 ubatch x 2 lanes, 0 B, unlocked, allocator jax)"
+    )
+
+
+def test_every_view_of_the_last_request_is_drawn_at_least_four_pixels_wide():
+    for ws in (tiny_beside_huge(), many_slots()):
+        html = ws._repr_html_()
+        expected = sum(len(layout.specs) for layout in ws.last_layouts.values())
+        widths = re.findall(r'class="fws-seg fws-view"[^>]*width:([\d.]+)px', html)
+        assert len(widths) == expected and min(map(float, widths)) >= 4
+        drawn = set(re.findall(r'class="fws-seg fws-view" data-dtype="([^"]+)"', html))
+        keyed = set(re.findall(r'class="fws-key" data-key="[^"]+" data-dtype="([^"]+)"', html))
+        assert drawn == keyed and len(drawn) >= 2
+
+
+def test_a_manager_figure_is_shown_once():
+    import matplotlib.pyplot as plt
+
+    plt.close("all")
+    fig = manager_scene().plot()
+    assert plt.get_fignums() == [] and fig._repr_png_().startswith(b"\x89PNG")
+
+
+def test_stats_display_in_binary_units_with_exact_bytes_on_hover():
+    ws = manager_scene()
+    stats = ws.stats()
+    assert repr(stats) == "WorkspaceStats(unlocked, 2 slots, capacity 4.00 KiB, pinned 0 B)"
+    assert pretty(stats) == str(stats) and str(stats).splitlines()[1] == (
+        "  slot (0, 0): capacity 2.00 KiB, high water 512 B, 2 growths, pinned 0 B in 0 "
+        "buffers, allocator torch"
+    )
+    html = stats._repr_html_()
+    assert html.count("<tr>") == 1 + 2 + 1  # header, two slots, the total
+    assert 'title="2.00 KiB (2,048 B)">2.00 KiB</td>' in html
+    assert pretty(stats.slots[1]) == str(stats.slots[1]).strip()
+    assert stats.slots[0]._repr_html_().count("<tr>") == 2
+    assert "SlotStats(slot=(0, 0), capacity=2048" in repr(stats.slots[0])
+
+
+def test_history_displays_a_table_of_calls_and_the_capacity_over_time():
+    _, history = recorded_history()
+    assert repr(history) == "History(15 calls after the start in (0, 0), (1, 0), 1 refused)"
+    assert pretty(history) == str(history)
+    assert repr(history[1]) == (
+        "Record(call='get_simultaneous(((16, 128), bfloat16), ((16, 8), int32))', "
+        "slot=(0, 0), error=None)"
+    )
+    html = history._repr_html_()
+    assert html.count("<tr>") == 1 + len(history)
+    assert "<i>the starting state</i>" in html
+    assert "slot (0, 0): capacity 0 B → 4.50 KiB" in html  # what the first call changed
+    assert "WorkspaceLockedError: Workspace is locked" in html
+    assert "<svg" in html and html.count("<polyline") == 4
+    assert max(map(ord, html)) <= 0xFFFF
+
+
+def test_history_plot_draws_each_slot_over_the_calls():
+    import matplotlib.pyplot as plt
+
+    plt.close("all")
+    _, history = recorded_history()
+    fig = history.plot()
+    assert plt.get_fignums() == []
+    assert [ax.get_ylabel() for ax in fig.axes] == ["slot (0, 0)", "slot (1, 0)"]
+    growths = next(line for line in fig.axes[0].lines if line.get_marker() == "o")
+    assert list(growths.get_xdata()) == [1.5, 5.5, 13.5]  # two warm-up growths, the reserve
+    assert history.plot_capacity().axes[0].get_ylabel() == "slot (0, 0)"
+
+
+def test_recording_keeps_calls_states_and_refusals():
+    ws = WorkspaceManager("cpu", num_ubatches=2)
+    with ws.recording() as history:
+        ws.get_simultaneous(((100,), torch.float32))
+        with use_workspace_ubatch(1):
+            ws.get_persistent("w", (4,), torch.float32)
+        ws.lock()
+        with pytest.raises(WorkspaceLockedError):
+            ws.get_simultaneous(((1000,), torch.float32))
+    calls = [r.call for r in history]
+    assert calls == [
+        "start",
+        "get_simultaneous(((100,), float32))",
+        "get_persistent('w', (4,), float32)",  # its nested claim is not recorded twice
+        "lock()",
+        "get_simultaneous(((1000,), float32))",
+    ]
+    assert history[2].slot == (1, 0) and history[-1].error.startswith("WorkspaceLockedError")
+    assert history.capacities() == {(0, 0): [0, 512, 512, 512, 512], (1, 0): [0] * 5}
+    changes = dict((r.call, text) for r, text in history.changes())
+    assert changes["lock()"] == "workspace: locked False → True"
+    assert history[-1].state == history[-2].state  # the refusal changed nothing
+    assert "get_simultaneous" not in vars(ws)  # recording is off again: no wrappers left
+    assert len(history.plot().axes) == 2
+
+
+def test_picture_follows_repeated_requests():
+    ws = WorkspaceManager("cpu")
+    small, big = ((64,), torch.float32), ((512,), torch.uint8)
+    ws.get_simultaneous(big)
+    ws.get_simultaneous(small)
+    ws.get_simultaneous(big)  # a memoised request: the picture must follow it too
+    assert ws.last_layouts[(0, 0)].specs[0].shape == (512,)
+
+
+def test_picture_follows_repeated_retains():
+    ws = WorkspaceManager("cpu")
+    ws.get_simultaneous(((1024,), torch.uint8))
+    ws.get_retained("a", (16,), torch.uint8)
+    ws.get_retained("b", (32,), torch.uint8)
+    ws.get_retained("a", (16,), torch.uint8)  # a memoised request: the picture must follow
+    assert ws.last_spans[(0, 0)].key == "a"
+    assert "retained &#x27;a&#x27; (intact)" in ws._repr_html_()
