@@ -22,46 +22,53 @@ that moved goes to
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
+import os
+from collections.abc import Callable, Hashable, Iterable
 from contextlib import AbstractContextManager, nullcontext
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import torch
 
 import functional_ws as fws
-from functional_ws import WorkspaceState
+from functional_ws import ViewSpec, WorkspaceState
 
 from .. import _context
 from .._compile import run_eagerly_under_compile
 from .._context import SLOT, current_slot, provided_ubatch
 from .._device import device_memory, normalize_device
 from .._diagnostics import debug_enabled, logger
+from . import _plans
 from ._allocators import AllocatorArg, allocator_stack
 from ._buffers import SlotBuffers
 from ._carving import fresh
+from ._display import manager_html, manager_plot, manager_repr
 from ._engine import Engine
-from ._facade_display import Displays
-from ._facade_persistent import PersistentResources
-from ._facade_plans import Reservations
-from ._memo import Memos, replay_and_swap
-from ._persistent import PersistentTables
+from ._history import History
+from ._memo import Memos, last_plans, replay_and_swap
+from ._persistent import PersistentTables, check_persistent_tensor, tensor_factory
 from ._recording import Recorder
 from ._requests import (
     NUMPY_INTS,
     canonical,
     canonical_shape,
     check_alignment,
+    check_torch_dtypes,
+    chosen_slots,
     listed_as_tuples,
     plain_nbytes,
+    plain_shape,
+    reserve_requests,
+    torch_specs,
 )
 from ._serving import Server
+from ._stats import WorkspaceStats, collect
 
 _MB = 1024 * 1024
 T = TypeVar("T")
 
 
 @run_eagerly_under_compile
-class WorkspaceManager(Reservations, PersistentResources, Displays):
+class WorkspaceManager:
     """Shared scratch memory and keyed persistent resources per ``(ubatch, lane)`` slot.
 
     A drop-in for vLLM's ``WorkspaceManager``: same methods, semantics, error types and
@@ -440,3 +447,291 @@ class WorkspaceManager(Reservations, PersistentResources, Displays):
     def _slot_buffer(self, slot: tuple[int, int]) -> torch.Tensor | None:
         """The aligned ``uint8`` buffer of ``slot`` (for tests and debugging)."""
         return self._engine.buffers.buffer(self._engine.state.index(slot))
+
+    # ----- reservations and plans -----
+
+    def reserve(
+        self,
+        *shapes_and_dtypes: tuple[tuple[int, ...], torch.dtype],
+        slots: Iterable[tuple[int, int]] | Literal["all"] | None = None,
+    ) -> None:
+        """Pre-allocate room for these views, taken together, in every ubatch slot
+        (upstream vLLM's method).
+
+        Sizes ONE simultaneous layout of all the pairs (each rounded up to 256 bytes, back
+        to back, exactly as :meth:`get_simultaneous` lays them out) and grows each slot
+        that is smaller. Idempotent; call it before :meth:`lock` so that the lock snapshots
+        a workspace large enough on every ubatch, not only the one that happened to run.
+
+        Which slots: by default every ubatch slot of the current lane (upstream has no
+        lanes); ``slots="all"`` for every slot of every lane, or a list of
+        ``(ubatch, lane)`` pairs. The growth policy applies as usual.
+
+        Args:
+            *shapes_and_dtypes: ``(shape, dtype)`` pairs, one :meth:`get_simultaneous`
+                call's worth.
+            slots: ``None`` (the current lane's ubatch slots), ``"all"`` or a list of slots.
+
+        Raises:
+            WorkspaceLockedError: (``AssertionError``) locked and a slot would have to grow.
+            InvalidSpecError: (``ValueError``) a malformed pair or slot list.
+            CapacityLimitError: (``RuntimeError``) more bytes than the device has.
+
+        Example:
+            >>> import torch
+            >>> from interop import WorkspaceManager
+            >>> ws = WorkspaceManager("cpu", num_ubatches=2)
+            >>> ws.reserve(((1024,), torch.float16), ((10,), torch.int32))
+            >>> [s.capacity for s in ws.stats().slots]
+            [2304, 2304]
+        """
+        pairs = canonical(shapes_and_dtypes, "shapes_and_dtypes")
+        self._reserve([torch_specs(pairs, "shapes_and_dtypes")], slots)
+
+    def reserve_many(
+        self,
+        requests: Iterable[Iterable[tuple[tuple[int, ...], torch.dtype]]],
+        *,
+        slots: Iterable[tuple[int, int]] | Literal["all"] | None = None,
+    ) -> None:
+        """Reserve several requests at once: each slot grows to the largest of them.
+
+        Args:
+            requests: each a list of ``(shape, dtype)`` pairs, one :meth:`get_simultaneous`
+                call (a one-pair list also covers a :meth:`get_retained` of that pair).
+            slots: as for :meth:`reserve`.
+
+        Raises:
+            WorkspaceLockedError: (``AssertionError``) locked and a slot would have to grow.
+            InvalidSpecError: (``ValueError``) a malformed request or slot list.
+
+        Example:
+            >>> import torch
+            >>> from interop import WorkspaceManager
+            >>> ws = WorkspaceManager("cpu", num_lanes=2)
+            >>> ws.reserve_many([[((300,), torch.uint8)], [((10,), torch.float32)] * 3],
+            ...                 slots="all")
+            >>> [s.capacity for s in ws.stats().slots]
+            [768, 768]
+        """
+        self._reserve(reserve_requests(requests), slots)
+
+    def _reserve(self, requests: list[list[ViewSpec]], slots: Any) -> None:
+        lane = 0
+        if slots is None:  # the current lane's ubatch slots: the lane must exist
+            lane = current_slot()[1]
+            self._engine.state.index((0, lane))
+        self._server.reserve(requests, chosen_slots(slots, lane, self._num_ubatches))
+
+    def save_plan(self, path: str | os.PathLike[str]) -> None:
+        """Write the current sizes to ``path`` as JSON (:func:`functional_ws.to_dict`).
+
+        The file is replaced atomically: a write that fails leaves the previous plan intact.
+        Only a regular file is replaced (or nothing at ``path``). Load it at the next start
+        with :meth:`load_plan` to reserve those sizes at once.
+
+        Raises:
+            FileExistsError: (``OSError``) ``path`` is a FIFO, a device node, a socket or a
+                folder (also at the end of a link): nothing is written.
+            OSError: the plan could not be written (the previous one is unchanged).
+        """
+        _plans.save_plan(self._engine.state, path)
+
+    def load_plan(self, path: str | os.PathLike[str]) -> None:
+        """Reserve the capacities a saved plan lists, and lock if the plan was locked.
+
+        The whole plan is checked before anything grows, and a plan that needs a slot to
+        grow above the device's memory is refused before anything is released.
+
+        Args:
+            path: a file written by :meth:`save_plan`.
+
+        Raises:
+            InvalidPlanError: (``ValueError``) the file is not a plan (naming the file and
+                the field), or it was made for another number of ubatches or lanes or
+                another alignment.
+            WorkspaceLockedError: this manager is locked and would have to grow.
+
+        Example:
+            >>> import os, tempfile, torch
+            >>> from interop import WorkspaceManager
+            >>> warm = WorkspaceManager("cpu")
+            >>> _ = warm.get_simultaneous(((1000,), torch.float32))
+            >>> warm.lock()
+            >>> path = os.path.join(tempfile.mkdtemp(), "plan.json")
+            >>> warm.save_plan(path)
+            >>> fresh = WorkspaceManager("cpu")
+            >>> fresh.load_plan(path)
+            >>> fresh.is_locked(), fresh.stats().slots[0].capacity
+            (True, 4096)
+        """
+        self._server.apply_plan(_plans.load_plan(path), path)
+
+    # ----- persistent resources -----
+
+    def get_persistent_resource(self, key: Hashable, factory: Callable[[], T]) -> T:
+        """Return the resource cached for ``key`` in the current ubatch and lane.
+
+        The first request calls ``factory`` and keeps its result for the manager's
+        lifetime; later requests return the same object without calling it. Each slot has
+        its own cache. While locked, a key missing from the slot's cache raises. A factory
+        that raises leaves nothing behind. The factory runs with no lock held, so it may use
+        the manager (or wait for another thread that does); if another thread creates the
+        same key in the same slot meanwhile, the first to finish wins and both get it.
+
+        Args:
+            key: any hashable naming the resource (its type and configuration).
+            factory: called with no arguments to create the resource.
+
+        Returns:
+            The resource.
+
+        Raises:
+            PersistentKeyLockedError: (``AssertionError``, "was not allocated during
+                warmup") locked and the key is new in this slot.
+            InvalidSpecError: (``ValueError``) an unhashable key.
+            TypeError: the key is new and ``factory`` is not callable.
+
+        Example:
+            >>> from interop import WorkspaceManager
+            >>> ws = WorkspaceManager("cpu")
+            >>> table = ws.get_persistent_resource("table", lambda: {"made": True})
+            >>> ws.get_persistent_resource("table", dict) is table
+            True
+        """
+        index = _context.current_index(self._num_ubatches, self._num_lanes)
+        if index >= 0:
+            try:
+                return self._tables[index][key]  # type: ignore[no-any-return]
+            except (KeyError, TypeError):
+                pass
+        return self._create_resource(key, factory)
+
+    def _create_resource(self, key: Hashable, factory: Callable[[], T]) -> T:
+        return self._server.create_resource(current_slot(), key, factory)
+
+    def get_persistent(
+        self,
+        key: Hashable,
+        shape: tuple[int, ...],
+        dtype: torch.dtype,
+        *,
+        zero_init: bool = False,
+    ) -> torch.Tensor:
+        """Get a fixed-shape tensor, optionally zeroed on first allocation only.
+
+        Shares the key namespace of :meth:`get_persistent_resource` as ``(torch.Tensor, key)``.
+
+        Args:
+            key: any hashable naming the tensor.
+            shape: its shape; the same on every request.
+            dtype: its dtype (a ``torch.dtype``); the same on every request.
+            zero_init: zero the tensor when it is first created (never later).
+
+        Returns:
+            The same tensor on every request in this slot.
+
+        Raises:
+            PersistentMismatchError: (``ValueError``, "requested shape") the key holds a
+                tensor of another shape or dtype.
+            PersistentKeyLockedError: (``AssertionError``) locked and the key is new.
+            InvalidSpecError: (``ValueError``) a bad shape or dtype.
+
+        Example:
+            >>> import torch
+            >>> from interop import WorkspaceManager
+            >>> ws = WorkspaceManager("cpu")
+            >>> scales = ws.get_persistent("scales", (4,), torch.float32, zero_init=True)
+            >>> scales.tolist(), ws.get_persistent("scales", (4,), torch.float32) is scales
+            ([0.0, 0.0, 0.0, 0.0], True)
+        """
+        index = _context.current_index(self._num_ubatches, self._num_lanes)
+        if index >= 0:
+            try:
+                tensor = self._tables[index].get((torch.Tensor, key))
+            except TypeError:
+                tensor = None
+            if (
+                type(tensor) is torch.Tensor
+                and tensor.dtype is dtype
+                and type(shape) is tuple
+                and tensor.shape == shape
+                and plain_shape(shape)
+            ):
+                return tensor
+        shape = canonical_shape(shape)
+        check_torch_dtypes(((shape, dtype),), "dtype")
+        spec = ViewSpec.of(shape, dtype, "persistent")
+        factory = tensor_factory(spec, self._device, zero_init)
+        resource = self.get_persistent_resource((torch.Tensor, key), factory)
+        return check_persistent_tensor(key, resource, spec.shape, dtype)
+
+    # ----- what a manager shows -----
+
+    def stats(self) -> WorkspaceStats:
+        """Per slot capacity, high-water mark, growth count, retired-but-pinned bytes, allocator.
+
+        Returns:
+            A :class:`WorkspaceStats`; ``pinned_bytes`` counts retired buffers that live
+            views (or arrays imported from them) still hold; ``allocator`` says where the
+            bytes live (``"torch"``, ``"jax"`` or the callable's name).
+
+        Example:
+            >>> import torch
+            >>> from interop import WorkspaceManager
+            >>> ws = WorkspaceManager("cpu", allocator="jax")
+            >>> _ = ws.get_simultaneous(((100,), torch.float32))
+            >>> s = ws.stats().slots[0]
+            >>> s.capacity, s.high_water, s.growths, s.pinned_bytes, s.allocator
+            (512, 512, 1, 0, 'jax')
+        """
+        return collect(self._engine.state, self._allocator.retired.pinned(), self._allocator.name)
+
+    @property
+    def last_layouts(self) -> dict[tuple[int, int], fws.Layout]:
+        """Per slot, the layout of the last :meth:`get_simultaneous` (what pictures draw)."""
+        return last_plans(self._engine.state, self._memos.acquired)
+
+    @property
+    def last_spans(self) -> dict[tuple[int, int], fws.Span]:
+        """Per slot, the span of the last :meth:`get_retained` (drawn intact or clobbered)."""
+        return last_plans(self._engine.state, self._memos.retained)
+
+    def recording(self) -> AbstractContextManager[History]:
+        """Record every public call and the state after it, until the block ends.
+
+        Calls from every thread are recorded, each once (a public method calling another
+        is recorded as the outer call); recordings nest, each receiving every call made
+        inside its block. ``Record.state`` is the manager's state right after the call.
+
+        Returns:
+            A context manager yielding the :class:`interop.History`.
+
+        Example:
+            >>> import torch
+            >>> from interop import WorkspaceManager
+            >>> ws = WorkspaceManager("cpu")
+            >>> with ws.recording() as history:
+            ...     _ = ws.get_simultaneous(((100,), torch.float32))
+            ...     _ = ws.get_simultaneous(((10,), torch.float32))
+            >>> history.capacities()
+            {(0, 0): [0, 512, 512]}
+        """
+        return self._recorder.recording(self)
+
+    def plot(self, ax: Any = None) -> Any:
+        """A matplotlib figure of the workspace: :func:`functional_ws.plot` of this
+        manager's state, last layouts and last spans.
+
+        Raises:
+            ImportError: matplotlib is not installed (``pip install 'functional-ws[plot]'``).
+        """
+        state, device, allocator = self._engine.state, self._device, self._allocator.name
+        return manager_plot(state, self.last_layouts, self.last_spans, device, allocator, ax)
+
+    def _repr_html_(self) -> str:
+        state, device, allocator = self._engine.state, self._device, self._allocator.name
+        return manager_html(state, self.last_layouts, self.last_spans, device, allocator)
+
+    def __repr__(self) -> str:
+        return manager_repr(self._engine.state, self._device, self._allocator.name)
