@@ -1,7 +1,7 @@
 """The ``"jax"`` provider of ``WorkspaceManager(allocator="jax")``: each slot's buffer is a
 JAX ``uint8`` array, seen by torch zero-copy through DLPack.
 
-It implements the manager's allocator interface (``interop/_workspace/_allocators.py``:
+It implements the manager's allocator interface (``interop/_workspace/_providers.py``:
 :class:`SlotAllocator`, :class:`Allocation`, :func:`check_allocation`), the one place the
 bridge imports the manager's internals; the manager imports this module only when a
 manager is made with ``allocator="jax"``, so a torch-only manager never imports JAX.
@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import torch
 
 from .._device import aligned_block
-from .._workspace._allocators import Allocation, InUse, SlotAllocator, check_allocation
+from .._workspace._providers import Allocation, InUse, SlotAllocator, check_allocation
 from ._dlpack import device_target
 from ._handoff import to_torch
 

@@ -1,7 +1,7 @@
 """The slots' device buffers, by index: which buffer each slot holds, and its carver.
 
 One aligned ``uint8`` buffer per slot, from the manager's allocator (``_allocators.py``),
-kept as its :class:`~interop._workspace._allocators.Allocation`: the block it lies in (torch's CPU
+kept as its :class:`~interop._workspace._providers.Allocation`: the block it lies in (torch's CPU
 block is larger than the buffer) and where; views are carved from the block, and the exact
 tensor of the buffer is made only when asked for (:meth:`SlotBuffers.buffer`). Nothing
 here knows a state or a policy: the engine (``_engine.py``) decides when a slot's
@@ -17,8 +17,8 @@ from typing import Any
 
 import torch
 
-from ._allocators import Allocation, SlotAllocator
 from ._carving import Carver
+from ._providers import Allocation, SlotAllocator
 
 
 class SlotBuffers:

@@ -48,9 +48,9 @@ from functional_ws.fast_paths import emptied as emptied_slots
 from functional_ws.fast_paths import fit
 
 from .._device import empty_device_cache, refuse_growth_during_capture
-from ._allocators import Allocation
 from ._buffers import SlotBuffers
 from ._memo import Memos
+from ._providers import Allocation
 from ._requests import worded
 
 R = TypeVar("R")

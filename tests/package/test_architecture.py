@@ -52,6 +52,34 @@ def _imports(path: Path) -> set[str]:
     return found
 
 
+def _top_level_imports(path: Path) -> set[str]:
+    """The modules ``path`` imports when it is imported: :func:`_imports` without the
+    imports inside functions and classes (those run only when called)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    deferred = ast.Module(
+        body=[n for n in tree.body if not isinstance(n, ast.FunctionDef | ast.ClassDef)],
+        type_ignores=[],
+    )
+    name = _module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(deferred):
+        if isinstance(node, ast.If) and _is_type_checking(node):
+            continue
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = package.split(".")
+            if node.level:
+                base = base[: len(base) - node.level + 1]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module or ""
+            found.add(module)
+            found.update(f"{module}.{alias.name}" for alias in node.names)
+    return found
+
+
 def _graph(folder: Path, prefix: str) -> dict[str, set[str]]:
     modules = {_module_name(p): p for p in folder.rglob("*.py")}
     return {
@@ -131,9 +159,6 @@ ABOVE_THE_FACADE = {
     "interop._demo",
     "interop._module_api",
     "interop._workspace._facade",
-    "interop._workspace._facade_plans",
-    "interop._workspace._facade_persistent",
-    "interop._workspace._facade_display",
 }
 
 
@@ -194,7 +219,7 @@ def test_the_lock_finder_finds_each_way_of_taking_the_mutex():
 
 def test_only_the_engine_takes_the_managers_mutex():
     takers = sorted(
-        p.name for p in SHELL.glob("*.py") if _takes_a_lock(p.read_text(encoding="utf-8"))
+        p.name for p in SHELL.rglob("*.py") if _takes_a_lock(p.read_text(encoding="utf-8"))
     )
     assert takers == ["_engine.py"]
 
@@ -302,3 +327,72 @@ def test_the_private_use_finder_finds_each_kind():
         '"""torch._C._to_dlpack in a docstring"""': 0,
     }
     assert {code: len(_private_framework_uses(code)) for code in samples} == samples
+
+
+# ----- the shell's three areas (interop/README.md): the manager, the bridge, the shared parts
+
+
+def _area_of(module: str) -> str:
+    parts = module.split(".")
+    if len(parts) > 1 and parts[1] in ("_workspace", "_bridge", "testing"):
+        return parts[1]
+    return "shared"
+
+
+def _area_imports(area: str, *, top_level: bool) -> dict[str, set[str]]:
+    """Per module of ``area``, the modules of other areas of the shell it imports."""
+    found = {}
+    for path in SHELL.rglob("*.py"):
+        name = _module_name(path)
+        if _area_of(name) != area:
+            continue
+        imports = _top_level_imports(path) if top_level else _imports(path)
+        others = {m for m in imports if m.startswith("interop.") and _area_of(m) != area}
+        if others:
+            found[name] = others
+    return found
+
+
+def test_the_manager_imports_nothing_of_the_bridge_at_its_top():
+    """``import interop._workspace`` (a torch-only manager) never imports JAX through the
+    bridge: the JAX allocator and JAX's settings check are imported where they are used."""
+    bridge = {
+        module: {m for m in deps if _area_of(m) == "_bridge"}
+        for module, deps in _area_imports("_workspace", top_level=True).items()
+    }
+    assert not {m: deps for m, deps in bridge.items() if deps}
+
+
+def test_the_bridge_imports_the_manager_only_for_the_jax_allocator():
+    """The bridge works on tensors and arrays, not on a manager: the one module that imports
+    the manager's internals is the JAX allocator, which implements its allocator interface."""
+    manager = {
+        module: {m for m in deps if _area_of(m) == "_workspace"}
+        for module, deps in _area_imports("_bridge", top_level=False).items()
+    }
+    assert {m: deps for m, deps in manager.items() if deps} == {
+        "interop._bridge._jax_allocator": {
+            "interop._workspace._providers",
+            "interop._workspace._providers.Allocation",
+            "interop._workspace._providers.InUse",
+            "interop._workspace._providers.SlotAllocator",
+            "interop._workspace._providers.check_allocation",
+        }
+    }
+
+
+def test_the_shared_parts_import_an_area_only_to_publish_or_demonstrate_it():
+    """The shared parts (errors, context, diagnostics, private hooks, compile) sit below both
+    areas; only the package root, the module API and the demo reach up into them."""
+    reaching_up = _area_imports("shared", top_level=False)
+    assert set(reaching_up) <= {"interop", "interop._module_api", "interop._demo"}
+
+
+def test_the_kit_uses_only_the_public_api():
+    """``interop.testing`` checks any manager through the public API: it imports neither
+    area's internals."""
+    internals = {
+        module: {m for m in deps if _area_of(m) in ("_workspace", "_bridge")}
+        for module, deps in _area_imports("testing", top_level=False).items()
+    }
+    assert not {m: deps for m, deps in internals.items() if deps}

@@ -7,14 +7,8 @@ import logging
 
 import torch
 
-from interop._workspace._allocators import (
-    Adaptor,
-    Allocation,
-    ResizeLog,
-    RetiredTracking,
-    SlotAllocator,
-    allocator_stack,
-)
+from interop._workspace._allocators import Adaptor, ResizeLog, RetiredTracking, allocator_stack
+from interop._workspace._providers import Allocation, SlotAllocator
 
 CPU = torch.device("cpu")
 

@@ -10,7 +10,7 @@ from support.seams import slots_snapshot
 
 import interop
 from interop import WorkspaceManager, use_workspace_ubatch
-from interop._workspace._allocators import FunctionAllocator, check_allocation
+from interop._workspace._providers import FunctionAllocator, check_allocation
 
 U8 = torch.uint8
 POOL = FunctionAllocator(lambda nbytes, device: torch.empty(0))  # named in the messages

@@ -9,7 +9,8 @@ from support.allocators import misaligned_pool
 
 import interop
 from interop._device import normalize_device, same_device
-from interop._workspace._allocators import check_allocation, resolve_allocator
+from interop._workspace._allocators import resolve_allocator
+from interop._workspace._providers import check_allocation
 
 CPU = torch.device("cpu")
 SPELLINGS = ["cpu", "cpu:0", torch.device("cpu"), torch.device("cpu", 0)]
