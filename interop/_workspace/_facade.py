@@ -1,6 +1,6 @@
 """The torch façade: vLLM's ``WorkspaceManager`` API over the pure core.
 
-:class:`WorkspaceManager` holds the rooms of the shell (``interop/README.md`` draws them)
+:class:`WorkspaceManager` holds the rooms of the manager (``README.md`` beside it draws them)
 and its public methods, each of which normalises its arguments at the request boundary
 (``_requests.py``) and hands the rest on: the hot paths look a request up in the slot's
 memo (``_memo.py``) and, where the state is the one the memoised plan left, hand out fresh

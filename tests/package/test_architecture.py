@@ -149,7 +149,7 @@ def test_cycle_finder_finds_a_cycle():
     assert _cycle({"a": {"b"}, "b": set()}) is None
 
 
-# ----- the shell's rooms (interop/README.md) -----
+# ----- the manager's rooms (interop/_workspace/README.md) -----
 
 #: The façade's modules and what sits above them (the module API, the command line).
 ABOVE_THE_FACADE = {
