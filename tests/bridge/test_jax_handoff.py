@@ -196,7 +196,7 @@ def test_64_bit_dtypes_are_exact_with_x64_on():
         print("exact")
         """
     )
-    env = {"JAX_ENABLE_X64": "1", "JAX_PLATFORMS": "cpu", "PYTHONPATH": "tests"}
+    env = {"JAX_ENABLE_X64": "1", "JAX_PLATFORMS": "cpu", "PYTHONPATH": "tests/bridge"}
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120
     )
