@@ -7,9 +7,10 @@ from collections.abc import Hashable
 
 import jax
 
+from ._build import fast_constructor
 from ._presenters import Presented
 from ._spec import ViewSpec
-from ._state import Slot, field_setters
+from ._state import Slot
 
 #: ``((slot, new_capacity), ...)``: the buffers the shell must (re)allocate, exact sizes.
 Growth = tuple[tuple[Slot, int], ...]
@@ -109,33 +110,6 @@ class Span(Presented):
         return Span(self.slot, self.index, self.spec, self.key, self.offset, self.alignment)
 
 
-_new = object.__new__
-
-
-_LAYOUT_SET = field_setters(
-    Layout, "slot", "index", "specs", "offsets", "total", "alignment", "growth"
-)
-
-
-def make_layout(
-    slot: Slot,
-    index: int,
-    specs: tuple[ViewSpec, ...],
-    offsets: tuple[int, ...],
-    total: int,
-    alignment: int,
-    growth: Growth = (),
-) -> Layout:
-    """``Layout(...)`` from fields already computed, without the frozen
-    dataclass's ``__init__``: every request never seen before builds one. Equal and
-    hash-equal to the constructor's (a test pins it)."""
-    layout = _new(Layout)
-    set_slot, set_index, set_specs, set_offsets, set_total, set_alignment, set_growth = _LAYOUT_SET
-    set_slot(layout, slot)
-    set_index(layout, index)
-    set_specs(layout, specs)
-    set_offsets(layout, offsets)
-    set_total(layout, total)
-    set_alignment(layout, alignment)
-    set_growth(layout, growth)
-    return layout
+#: ``Layout(...)`` from fields already computed, positionally, without ``__init__``: every
+#: request never seen before builds one (``_build.py``).
+make_layout = fast_constructor(Layout)

@@ -14,9 +14,9 @@ from typing import Any
 import jax
 import numpy as np
 
+from ._build import fast_constructor
 from ._checks import is_int
 from ._errors import InvalidSpecError
-from ._state import field_setters
 
 #: Byte counts at or above this are refused (they cannot index memory).
 MAX_BYTES = 2**63
@@ -87,19 +87,8 @@ class ViewSpec:
         return make_spec(shape, dtype, argname)
 
 
-_new = object.__new__
-_SPEC_SET = field_setters(ViewSpec, "shape", "dtype", "itemsize", "nbytes")
-
-
-def _checked_spec(shape: tuple[int, ...], dtype: Any, itemsize: int, nbytes: int) -> ViewSpec:
-    """A :class:`ViewSpec` from fields this module has just validated (skips re-checking)."""
-    spec = _new(ViewSpec)
-    set_shape, set_dtype, set_itemsize, set_nbytes = _SPEC_SET
-    set_shape(spec, shape)
-    set_dtype(spec, dtype)
-    set_itemsize(spec, itemsize)
-    set_nbytes(spec, nbytes)
-    return spec
+#: A :class:`ViewSpec` from fields this module has just validated (skips re-checking).
+_checked_spec = fast_constructor(ViewSpec)
 
 
 def itemsize_of(dtype: Any, argname: str = "dtype") -> int:

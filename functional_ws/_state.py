@@ -1,7 +1,7 @@
 """The workspace's whole state: two frozen dataclasses, registered as pytrees with no leaves.
 
-This module is the floor of the package: it imports only the errors, the integer check and
-the presenter registry, and every other module builds on it.
+This module is the floor of the package: it imports only the errors, the integer check, the
+presenter registry and the constructor builder, and every other module builds on it.
 
 What the pytree is for. Workspace planning is decided at trace time, like shapes: a
 capacity, an offset, a lock flag or a persistent key is never an array a computation
@@ -32,11 +32,12 @@ from valid ones.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Hashable
-from typing import Any, Literal
+from collections.abc import Callable, Hashable
+from typing import Literal
 
 import jax
 
+from ._build import fast_constructor, fast_replacer
 from ._checks import check_int
 from ._errors import (
     InvalidConfigError,
@@ -170,71 +171,22 @@ class WorkspaceState(Presented):
         return self.slots[self.index(slot)].capacity
 
 
-_new = object.__new__
-
-
-def field_setters(cls: type, *fields: str) -> tuple[Any, ...]:
-    """Each field's slot descriptor's ``__set__``: what ``object.__setattr__`` calls, without
-    its lookup of the name (the frozen classes' own ``__setattr__`` refuses)."""
-    return tuple(cls.__dict__[field].__set__ for field in fields)
-
-
-_SLOT_SET = field_setters(
-    SlotState, "capacity", "high_water", "growths", "retained", "persistent_keys"
+#: ``SlotState(...)`` from fields already valid, positionally, without ``__init__`` (the
+#: transitions build one on every state change; ``_build.py`` says why and how).
+make_slot: Callable[
+    [int, int, int, tuple[Hashable, int] | None, frozenset[Hashable]], SlotState
+] = fast_constructor(SlotState)
+#: ``state`` with other ``slots``, built as :data:`make_slot` builds.
+with_slots: Callable[[WorkspaceState, tuple[SlotState, ...]], WorkspaceState] = fast_replacer(
+    WorkspaceState, "slots"
 )
-_STATE_SET = field_setters(
-    WorkspaceState,
-    "num_ubatches",
-    "num_lanes",
-    "alignment",
-    "growth",
-    "locked",
-    "slots",
-    "max_capacity",
-)
-
-
-def make_slot(
-    capacity: int,
-    high_water: int,
-    growths: int,
-    retained: tuple[Hashable, int] | None,
-    persistent_keys: frozenset[Hashable],
-) -> SlotState:
-    """``SlotState(...)`` from fields already valid, without the frozen dataclass's
-    ``__init__`` and its defaults (the transitions build one on every state change). Equal
-    and hash-equal to the constructor's (a test pins it)."""
-    slot = _new(SlotState)
-    set_capacity, set_high_water, set_growths, set_retained, set_keys = _SLOT_SET
-    set_capacity(slot, capacity)
-    set_high_water(slot, high_water)
-    set_growths(slot, growths)
-    set_retained(slot, retained)
-    set_keys(slot, persistent_keys)
-    return slot
-
-
-def with_slots(state: WorkspaceState, slots: tuple[SlotState, ...]) -> WorkspaceState:
-    """``state`` with ``slots`` in place of its own, built as :func:`make_slot` builds."""
-    new = _new(WorkspaceState)
-    set_ubatches, set_lanes, set_alignment, set_growth, set_locked, set_slots, set_max = _STATE_SET
-    set_ubatches(new, state.num_ubatches)
-    set_lanes(new, state.num_lanes)
-    set_alignment(new, state.alignment)
-    set_growth(new, state.growth)
-    set_locked(new, state.locked)
-    set_slots(new, slots)
-    set_max(new, state.max_capacity)
-    return new
 
 
 def with_slot(state: WorkspaceState, index: int, slot: SlotState) -> WorkspaceState:
     """``state`` with ``slot`` at ``index`` (:func:`with_slots` for one slot, in one call:
     every state change that touches one slot builds one)."""
     slots = state.slots
-    return with_slots(
-        state, (slot,) if len(slots) == 1 else (*slots[:index], slot, *slots[index + 1 :])
-    )
+    return with_slots(state, (*slots[:index], slot, *slots[index + 1 :]))
 
 
 def check_config(
