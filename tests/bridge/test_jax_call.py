@@ -7,19 +7,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
+from support.races import TRIALS, slow_sum
 from test_jax_views import carve
 
 import interop
-
-TRIALS = 20
-
-
-def _slow_sum(x: jax.Array) -> jax.Array:
-    """About 20 ms on a 2-core CPU: long enough for torch to write while JAX still reads."""
-    return jax.lax.fori_loop(0, 20, lambda i, acc: acc + jnp.sin(x * i).sum(), 0.0)
-
-
-slow_sum = jax.jit(_slow_sum)
 
 
 def _race(call, view: torch.Tensor, expected: float) -> int:

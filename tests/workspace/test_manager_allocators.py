@@ -18,8 +18,8 @@ import torch
 from conftest import TEST_DEVICE as DEVICE
 from conftest import needs_cuda
 from support.allocators import misaligned_pool
+from support.races import TRIALS, slow_sum
 from support.seams import slot_buffer, slots_snapshot
-from test_jax_call import TRIALS, slow_sum
 
 import interop
 from interop import WorkspaceManager, use_workspace_ubatch
