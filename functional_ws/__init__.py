@@ -37,6 +37,7 @@ from ._errors import WorkspaceError as WorkspaceError
 from ._errors import WorkspaceLockedError as WorkspaceLockedError
 from ._growth import after_failed_growth as after_failed_growth
 from ._growth import apply_plan as apply_plan
+from ._growth import rebase as rebase
 from ._growth import reserve as reserve
 from ._layout import Growth as Growth
 from ._layout import Layout as Layout
@@ -90,6 +91,7 @@ __all__ = [
     "initial_state",
     "lock",
     "plot",
+    "rebase",
     "render",
     "render_html",
     "reserve",

@@ -79,7 +79,12 @@ class WorkspaceLockedError(WorkspaceError, AssertionError):
         slot: the ``(ubatch, lane)`` that would have grown.
         required: bytes the request needs.
         current: bytes the slot holds.
+        refused_by: what refused, where a shell says (the torch façade marks its engine's
+            own refusals, so that a refusal raised by code a growth runs, another
+            manager's, is told apart); ``None`` otherwise.
     """
+
+    refused_by: object = None
 
     def __init__(self, message: str, *, slot: tuple[int, int], required: int, current: int):
         super().__init__(message)

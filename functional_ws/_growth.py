@@ -12,7 +12,6 @@ from typing import Any
 
 from ._errors import (
     InvalidPlanError,
-    InvalidSlotError,
     InvalidSpecError,
 )
 from ._layout import Growth
@@ -23,6 +22,7 @@ from ._ops import (
     fit,
     initial_state,
     lock,
+    unlock,
 )
 from ._spec import (
     as_spec,
@@ -213,34 +213,56 @@ def after_failed_growth(
     return with_slots(base, tuple(slots))
 
 
-def emptied(state: WorkspaceState, indices: Iterable[int]) -> WorkspaceState:
-    """The state while the slots at ``indices`` hold no buffer: what a shell publishes
-    between releasing their old buffers and installing the new ones of a growth.
+def rebase(
+    old: WorkspaceState, new: WorkspaceState, current: WorkspaceState
+) -> WorkspaceState | None:
+    """``new``, planned on ``old``, put onto ``current``, which other calls made of ``old``
+    meanwhile; ``None`` when they changed what ``new`` changes.
 
-    Each of those slots has capacity 0 and nothing retained, and keeps its high-water
-    mark, its count of allocations and its persistent keys: what
-    :func:`after_failed_growth` gives for a growth of those slots in which every slot was
-    left without a buffer (``held`` all 0), whatever the growth planned. In index terms, for
-    the shell's growth path (a test pins the equality).
+    A three-way merge, field by field: a slot (or the lock) that the transition left as
+    ``old`` had it is ``current``'s; one it changed is ``new``'s, where ``current`` still
+    has ``old``'s (compared by identity: a transition keeps the slots it does not touch).
+    So calls in different slots never make each other plan again, and a shell that grew a
+    slot while other calls went on (the slot held no buffer meanwhile, so none could change
+    it) installs its growth over what they did: a lock taken meanwhile stays, as the
+    original checks the lock before it releases anything.
 
-    Raises:
-        InvalidSlotError: (``ValueError``) an index that is not a slot's position.
+    Args:
+        old: the state the transition planned on.
+        new: what it returned.
+        current: the state now.
+
+    Returns:
+        The merged state (``current`` itself when ``new`` changed nothing), or ``None``.
 
     Example:
         >>> import numpy as np
-        >>> from functional_ws import acquire, initial_state
-        >>> s, _ = acquire(initial_state(), (0, 0), ((512,), np.dtype("uint8")))
-        >>> empty = emptied(s, [0])
-        >>> empty.capacity((0, 0)), empty.slots[0].high_water, empty.slots[0].growths
-        (0, 512, 1)
+        >>> from functional_ws import acquire, initial_state, lock
+        >>> s = initial_state(num_ubatches=2)
+        >>> planned, _ = acquire(s, (0, 0), ((1000,), np.dtype("uint8")))
+        >>> meanwhile = lock(acquire(s, (1, 0), ((10,), np.dtype("uint8")))[0])
+        >>> merged = rebase(s, planned, meanwhile)
+        >>> merged.capacity((0, 0)), merged.capacity((1, 0)), merged.locked
+        (1024, 256, True)
+        >>> rebase(s, planned, acquire(s, (0, 0), ((10,), np.dtype("uint8")))[0]) is None
+        True
     """
-    slots = list(state.slots)
-    for index in indices:
-        if type(index) is not int or not 0 <= index < len(slots):
-            raise InvalidSlotError(
-                f"indices: each must be a slot's position, an int from 0 to {len(slots) - 1}, "
-                f"got {index!r}."
-            )
-        before = slots[index]
-        slots[index] = make_slot(0, before.high_water, before.growths, None, before.persistent_keys)
-    return with_slots(state, tuple(slots))
+    if current is old:
+        return new
+    if new.locked is old.locked:
+        locked = current.locked
+    elif current.locked is old.locked:
+        locked = new.locked
+    else:
+        return None
+    slots = list(current.slots)
+    changed = False
+    for i, (before, after) in enumerate(zip(old.slots, new.slots, strict=True)):
+        if after is before:
+            continue
+        if current.slots[i] is not before:
+            return None  # both changed this slot
+        slots[i] = after
+        changed = True
+    merged = with_slots(current, tuple(slots)) if changed else current
+    return lock(merged) if locked else unlock(merged)

@@ -17,8 +17,7 @@ The identity protocol:
 And for a request never seen before, :func:`fit` plans views from their byte counts alone:
 it is the body of :func:`functional_ws.acquire` (which validates ``(shape, dtype)`` pairs
 and then calls it), for a shell that validated its requests itself and carves views it
-will not keep; and :func:`emptied` is the state while a growth's slots hold no buffer (the
-old ones released, the new ones not yet installed).
+will not keep.
 
 Example:
     >>> import numpy as np
@@ -32,12 +31,11 @@ Example:
 """
 
 from . import _public
-from ._growth import emptied as emptied
 from ._ops import fit as fit
 from ._ops import layout_of as layout_of
 from ._ops import replay_acquire as replay_acquire
 from ._ops import replay_retain as replay_retain
 
-__all__ = ["emptied", "fit", "layout_of", "replay_acquire", "replay_retain"]
+__all__ = ["fit", "layout_of", "replay_acquire", "replay_retain"]
 
 _public.publish(__name__, globals(), __all__)

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import functional_ws as fws
-from functional_ws.fast_paths import emptied, fit, replay_acquire, replay_retain
+from functional_ws.fast_paths import fit, replay_acquire, replay_retain
 from functional_ws.testing import spec_lists
 
 U8, I8, F16, F32 = (np.dtype(n) for n in ("uint8", "int8", "float16", "float32"))
@@ -264,26 +264,61 @@ def test_a_hand_made_view_spec_cannot_lie_about_its_bytes():
     assert layout.total == 2**40 and s.capacity(S) == 2**40
 
 
-@given(reachable_states(), spec_lists(min_size=1, max_size=2), st.integers(0, 1), st.booleans())
-def test_emptied_is_a_growth_that_left_every_slot_without_a_buffer(state, specs, ubatch, spread):
-    """``emptied`` of the growing slots equals ``after_failed_growth`` with every held 0."""
+@given(
+    reachable_states(),
+    spec_lists(min_size=1, max_size=2),
+    st.integers(0, 1),
+    st.booleans(),
+    st.booleans(),
+)
+def test_a_growth_empties_its_slots_then_installs_them_over_what_others_did(
+    state, specs, ubatch, spread, lock_meanwhile
+):
+    """While a shell allocates, the growing slots hold nothing (``after_failed_growth`` with
+    every held 0); ``rebase`` then puts them back as planned, keeping what other calls did
+    meanwhile (a lock taken, other slots)."""
     state = fws.unlock(state)
     if spread:  # the "ubatches" policy: one request grows several slots
         state = dataclasses.replace(state, growth="ubatches")
     planned, layout = fws.acquire(state, (ubatch, 0), *specs)
     slots = [slot for slot, _ in layout.growth]
-    bare = emptied(state, [state.index(slot) for slot in slots])
-    assert bare == fws.after_failed_growth(state, planned, dict.fromkeys(slots, 0))
+    bare = fws.after_failed_growth(state, planned, dict.fromkeys(slots, 0))
     for i, (before, after) in enumerate(zip(state.slots, bare.slots, strict=True)):
         if state.slot_of(i) in slots:
             assert after.capacity == 0 and after.retained is None
             assert after.high_water == before.high_water and after.growths == before.growths
         else:
             assert after is before
-    assert emptied(state, []) == state
+    if not slots:
+        return  # no growth: nothing to install
+    assert fws.rebase(bare, planned, bare) is planned
+    current = fws.lock(bare) if lock_meanwhile else bare
+    settled = fws.rebase(bare, planned, current)
+    assert settled.locked is current.locked
+    for i, after in enumerate(settled.slots):
+        expected = planned.slots[i] if state.slot_of(i) in slots else current.slots[i]
+        assert after is expected
 
 
-@pytest.mark.parametrize("bad", [-1, 2, True, 1.0, None])
-def test_emptied_refuses_an_index_that_is_not_a_slots_position(bad):
-    with pytest.raises(fws.InvalidSlotError, match="indices"):
-        emptied(fws.initial_state(num_ubatches=2), [bad])
+@given(reachable_states(), st.data())
+def test_rebase_merges_calls_in_different_slots_and_refuses_the_same_slot(state, data):
+    """Two transitions planned on one state: installed one after the other, rebased, the
+    result is what the second gives on the first's result; in one slot, ``None``."""
+    state = fws.unlock(state)
+    slots = state.all_slots()
+    first_slot = data.draw(st.sampled_from(slots))
+    second_slot = data.draw(st.sampled_from(slots))
+    first_specs = data.draw(spec_lists(min_size=1, max_size=2))
+    second_specs = data.draw(spec_lists(min_size=1, max_size=2))
+    first = fws.acquire(state, first_slot, *first_specs)[0]
+    second = fws.acquire(state, second_slot, *second_specs)[0]
+    merged = fws.rebase(state, second, first)
+    changes_first = first.slots != state.slots
+    changes_second = second.slots != state.slots
+    i, j = state.index(first_slot), state.index(second_slot)
+    if i == j and changes_first and changes_second:
+        assert merged is None
+    else:
+        assert merged == fws.acquire(first, second_slot, *second_specs)[0]
+    assert fws.rebase(state, second, state) is second
+    assert fws.rebase(state, state, first) is first  # nothing to put on it
