@@ -192,11 +192,10 @@ def _grow(
 
 def _validated(requests: Sequence[Any], argname: str) -> tuple[ViewSpec, ...]:
     """Each ``(shape, dtype)`` request validated, named ``argname[i]`` in errors."""
-    specs = []
-    for i, request in enumerate(requests):  # a loop, not a generator: each step is a call
-        spec = quick_spec(request)
-        specs.append(spec if spec is not None else as_spec(request, f"{argname}[{i}]"))
-    return tuple(specs)
+    return tuple(
+        quick_spec(request) or as_spec(request, f"{argname}[{i}]")
+        for i, request in enumerate(requests)
+    )
 
 
 # ----- transitions -----

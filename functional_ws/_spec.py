@@ -179,9 +179,10 @@ def make_spec(shape: Any, dtype: Any, argname: str = "spec") -> ViewSpec:
     return _checked_spec(dims, dtype, itemsize, nbytes)
 
 
-def plain_nbytes(request: Any) -> int | None:
-    """The bytes of a plain request (a ``tuple`` of a ``tuple`` of ``int`` dims and a dtype
-    with an ``int`` ``itemsize``), or ``None`` when :func:`as_spec` must look closer.
+def quick_nbytes(request: Any) -> int | None:
+    """The bytes of a request in its simplest form (a ``tuple`` of a ``tuple`` of ``int``
+    dims and a dtype with an ``int`` ``itemsize``), or ``None`` when :func:`as_spec` must
+    look closer.
 
     The cheap check every usual request passes: the original's own arithmetic, plus a type
     test per field. Whatever it accepts, :func:`as_spec` accepts with the same byte count
@@ -202,8 +203,9 @@ def plain_nbytes(request: Any) -> int | None:
 
 
 def quick_spec(request: Any) -> ViewSpec | None:
-    """The spec of a plain request (see :func:`plain_nbytes`), or ``None``."""
-    nbytes = plain_nbytes(request)
+    """The spec of a request its cheap check accepts (see :func:`quick_nbytes`), or
+    ``None``."""
+    nbytes = quick_nbytes(request)
     if nbytes is None:
         return None
     shape, dtype = request
