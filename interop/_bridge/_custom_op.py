@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import sys
 import threading
 import weakref
 from collections.abc import Callable, Iterator, Sequence
@@ -45,6 +46,7 @@ import torch
 
 from .._compile import run_eagerly
 from .._errors import UnsupportedDtypeError, UnsupportedPytreeError
+from .._locks import renew_after_fork
 from .._private import constant_result
 from . import _vjp
 from ._autograd import OVERWRITE_NOTE, compact_cotangent, is_differentiated
@@ -188,6 +190,7 @@ class Entry:
 _entries: dict[str, Entry] = {}
 _keys: dict[tuple[str, Any], str] = {}
 _lock = threading.Lock()
+renew_after_fork(sys.modules[__name__], "_lock")  # a fork while a thread holds one
 
 
 def _new_entry(entry: Entry, name: str) -> str:

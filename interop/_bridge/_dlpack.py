@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import sys
 import threading
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -64,6 +65,7 @@ from .._errors import (
     UnsupportedLayoutError,
     ZeroCopyError,
 )
+from .._locks import renew_after_fork
 
 # The private entry points, version-gated, looked up once (``_private.py``).
 _JAXLIB = _private.jaxlib_dlpack()
@@ -98,6 +100,9 @@ _targets_lock = threading.Lock()
 _external_streams: dict[tuple[int, int], Any] = {}
 _events: dict[int, Any] = {}
 _wait_lock = threading.Lock()
+renew_after_fork(
+    sys.modules[__name__], "_targets_lock", "_wait_lock"
+)  # a fork while a thread holds one
 
 
 def target_for(tensor: torch.Tensor) -> Target:

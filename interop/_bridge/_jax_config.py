@@ -21,6 +21,7 @@ import torch
 
 from .. import _private
 from .._errors import JaxAlreadyStartedError, JaxPreallocationWarning, JaxSettingError
+from .._locks import renew_after_fork
 
 PREALLOCATE = "XLA_PYTHON_CLIENT_PREALLOCATE"
 MEM_FRACTION = "XLA_PYTHON_CLIENT_MEM_FRACTION"
@@ -35,6 +36,7 @@ _GPU_PLUGINS = (
 
 _warned = False
 _warned_lock = threading.Lock()
+renew_after_fork(sys.modules[__name__], "_warned_lock")  # a fork while a thread holds one
 
 
 def configure_jax_for_sharing(

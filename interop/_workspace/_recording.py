@@ -21,6 +21,7 @@ from typing import Any
 from functional_ws import Slot
 
 from .._compile import run_eagerly
+from .._locks import renew_after_fork
 from ._history import History, Record
 
 #: The public methods a recording sees.
@@ -53,6 +54,7 @@ class Recorder:
         self.active: list[History] = []
         self._current_slot = current_slot
         self._lock = threading.Lock()
+        renew_after_fork(self, "_lock")  # a fork while another thread holds it
         self._depth = threading.local()
 
     @contextmanager

@@ -37,6 +37,7 @@ from functional_ws.display import format_bytes
 
 from .. import _private
 from .._diagnostics import logger
+from .._locks import renew_after_fork
 
 #: The fewest records kept before dead ones are swept out.
 SWEEP_AT_LEAST = 16
@@ -94,6 +95,7 @@ class RetiredBuffers:
         self._records: list[RetiredBuffer] = []
         self._sweep_at = SWEEP_AT_LEAST
         self._lock = threading.Lock()
+        renew_after_fork(self, "_lock")  # a fork while another thread holds it
 
     def __len__(self) -> int:
         """Records kept: those alive at the last sweep and those retired since."""

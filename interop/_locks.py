@@ -1,0 +1,46 @@
+"""Locks a fork does not leave held.
+
+``os.fork`` copies a lock as it is: one that another thread of the parent held is held in
+the child for good, with no thread left to release it, and the child's first call that
+needs it hangs. Every lock of the shell is registered here with the object (or module)
+that owns it; in the child, each is replaced by a new, free lock (``os.register_at_fork``).
+What the locks guard stays consistent at every point (the engine's state and buffers, the
+retired-buffer records, the recordings), so the child may go on with it.
+
+Example:
+    >>> import threading
+    >>> class Owner:
+    ...     def __init__(self):
+    ...         self.lock = threading.Lock()
+    ...         renew_after_fork(self, "lock")
+    >>> owner = Owner()
+    >>> owner.lock.acquire()
+    True
+    >>> _renew_all()  # what a forked child runs
+    >>> owner.lock.locked()
+    False
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import weakref
+
+#: Per owner, the names of its lock attributes (weakly: an owner that is gone needs none).
+_OWNERS: weakref.WeakKeyDictionary[object, tuple[str, ...]] = weakref.WeakKeyDictionary()
+
+
+def renew_after_fork(owner: object, *names: str) -> None:
+    """Give ``owner``'s lock attributes ``names`` new, free locks in a forked child."""
+    _OWNERS[owner] = _OWNERS.get(owner, ()) + names
+
+
+def _renew_all() -> None:
+    for owner, names in list(_OWNERS.items()):
+        for name in names:
+            setattr(owner, name, threading.Lock())
+
+
+if hasattr(os, "register_at_fork"):  # POSIX
+    os.register_at_fork(after_in_child=_renew_all)
