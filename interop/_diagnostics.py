@@ -9,7 +9,7 @@ import sys
 
 import functional_ws
 
-from ._private import interpreter_files, raw_environ
+from ._private import interpreter_files
 
 logger = logging.getLogger("interop")
 
@@ -32,17 +32,9 @@ _INTERPRETER_FILES = frozenset(
 )
 
 
-# CPython keeps the environment as a dict of encoded keys behind ``os.environ``; reading it
-# directly skips ``Mapping.get`` and the key's encoding (1 µs a lookup, twice per growth).
-_RAW = raw_environ()
-_ENVIRON: dict[object, object] | None = None if _RAW is None else _RAW[0]
-_ENCODED = tuple(name if _RAW is None else _RAW[1](name) for name in DEBUG_VARIABLES)
-
-
 def debug_enabled() -> bool:
-    """Whether the debug log is on; read at each lock, unlock and growth (never per view)."""
-    if _ENVIRON is not None and _ENCODED[0] not in _ENVIRON and _ENCODED[1] not in _ENVIRON:
-        return False  # neither variable is set: the usual case, one dict lookup each
+    """Whether the debug log is on; read at each lock and unlock, and at a growth's log
+    (never per view)."""
     return any(_switched_on(os.environ.get(name, "")) for name in DEBUG_VARIABLES)
 
 

@@ -22,10 +22,6 @@ which releases it was checked against, what gates it, and what happens without i
   2.13), which skips the function's frames and all they call. Gate: the strategy function
   imports. Fallback: the attributes alone (a graph break with its reason; Dynamo may then
   compile the inner frames). Public equivalent: ``torch.compiler.disable(fn)``, a wrapper.
-- :func:`raw_environ`: the dict of encoded keys behind ``os.environ`` (``os.environ._data``
-  and ``os.environ.encodekey``; checked on CPython 3.11): one dict lookup instead of
-  ``Mapping.get`` and an encoding (1 µs a lookup). Gate: both exist, the first a dict.
-  Fallback: ``None``, and the caller reads ``os.environ`` (public).
 - :func:`interpreter_files`: the files of ``importlib._bootstrap`` and
   ``importlib._bootstrap_external`` (checked on CPython 3.11), the interpreter's frames
   between ``runpy`` and the user's code where they are not frozen. Gate: the modules import
@@ -248,25 +244,6 @@ def dynamo_runs_eagerly(function: types.FunctionType, reason: str) -> bool:
         return False  # pragma: no cover - torch < 2.6
     _set_strategy(function.__code__, _SKIP_RECURSIVELY)
     return True
-
-
-def raw_environ() -> tuple[dict[object, object], Callable[[str], object]] | None:
-    """The dict behind ``os.environ`` and the function that encodes its keys, or ``None``.
-
-    Returns:
-        ``(data, encode)``: ``encode(name) in data`` is ``name in os.environ``, kept in step
-        with it; ``None`` where the interpreter keeps the environment otherwise.
-
-    Example:
-        >>> found = raw_environ()
-        >>> found is None or (found[1]("PATH") in found[0]) == ("PATH" in os.environ)
-        True
-    """
-    data = getattr(os.environ, "_data", None)
-    encode = getattr(os.environ, "encodekey", None)
-    if type(data) is not dict or not callable(encode):
-        return None
-    return data, encode
 
 
 _BOOTSTRAP_MODULES = ("importlib._bootstrap", "importlib._bootstrap_external")

@@ -105,27 +105,6 @@ def test_without_frame_strategies_a_function_is_only_marked(monkeypatch):
     assert scratch._torchdynamo_disable_msg == "why"
 
 
-def test_the_raw_environ_follows_os_environ(monkeypatch):
-    data, encode = private.raw_environ()
-    monkeypatch.setenv("FUNCTIONAL_WS_PRIVATE_PROBE", "1")
-    assert encode("FUNCTIONAL_WS_PRIVATE_PROBE") in data
-    monkeypatch.delenv("FUNCTIONAL_WS_PRIVATE_PROBE")
-    assert encode("FUNCTIONAL_WS_PRIVATE_PROBE") not in data
-
-
-def test_without_the_raw_environ_the_debug_switch_reads_os_environ(monkeypatch):
-    import interop._diagnostics as diagnostics
-
-    monkeypatch.setattr(private, "os", types.SimpleNamespace(environ={"PATH": "/bin"}))
-    assert private.raw_environ() is None
-    monkeypatch.setattr(diagnostics, "_ENVIRON", None)
-    monkeypatch.delenv("FUNCTIONAL_WS_DEBUG", raising=False)
-    monkeypatch.delenv("VLLM_DEBUG_WORKSPACE", raising=False)
-    assert diagnostics.debug_enabled() is False
-    monkeypatch.setenv("VLLM_DEBUG_WORKSPACE", "2")
-    assert diagnostics.debug_enabled() is True
-
-
 def test_the_interpreter_files_are_importlibs_bootstrap(monkeypatch):
     import importlib._bootstrap
     import importlib._bootstrap_external
