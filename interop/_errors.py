@@ -256,6 +256,39 @@ class GrowthDuringCaptureError(WorkspaceError, RuntimeError):
     reason: ClassVar[str] = "capture"
 
 
+# ----- calls that cannot settle -----
+
+
+class ReplanLimitError(WorkspaceError, RuntimeError):
+    """A call planned again and again because the workspace moved every time before it
+    could install its plan: code the call runs (a key's ``__hash__`` or ``__eq__``, an
+    ``alloc_context``, an allocator) changes the workspace on every run. The call gives up
+    rather than spin; nothing it planned was installed.
+    """
+
+    reason: ClassVar[str] = "replan-limit"
+
+    @classmethod
+    def for_user_code(cls, user_code: str, attempts: int) -> ReplanLimitError:
+        """The state moved while ``user_code`` ran, on each of ``attempts`` plans."""
+        return cls(
+            f"the workspace changed while this call was planned, {attempts} times in a row: "
+            f"{user_code} runs while it is planned and must not change the workspace (call "
+            "the manager) on every run. Nothing was installed."
+        )
+
+    @classmethod
+    def for_growth(cls, attempts: int) -> ReplanLimitError:
+        """Each of ``attempts`` tries was overtaken: the slot's buffer was replaced while the
+        call grew it or carved its views."""
+        return cls(
+            f"the slot's buffer was replaced while this call grew it or carved its views, "
+            f"{attempts} times in a row: code the call runs (a torch mode's handler, "
+            "alloc_context(), the allocator) must not call the manager on every run. The call "
+            "gave up; its views were not handed out."
+        )
+
+
 # ----- the module-level API and persistent tensors -----
 
 
@@ -283,7 +316,7 @@ PUBLIC_ERRORS: tuple[type[Exception], ...] = (
     AllocationNotTensorError, AllocationDtypeError, AllocationValueError, AllocationShapeError,
     AllocationSizeError, AllocationDeviceError, AllocationLayoutError,
     AllocationNegativeBitError, AllocationOverlapError,
-    UnknownDeviceError, DeviceUnavailableError, GrowthDuringCaptureError,
+    UnknownDeviceError, DeviceUnavailableError, GrowthDuringCaptureError, ReplanLimitError,
     NotInitializedError, PersistentMismatchError,
 )  # fmt: skip
 

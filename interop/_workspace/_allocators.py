@@ -7,6 +7,7 @@ concern, as RMM's resource adaptors wrap a memory resource: the debug log of gro
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Literal
 
@@ -100,7 +101,7 @@ class ResizeLog(Adaptor):
 
     def __init__(self, upstream: SlotAllocator) -> None:
         super().__init__(upstream)
-        self._queued: list[tuple[str, tuple[int, int], int, int]] = []
+        self._queued: list[tuple[tuple[int, int], int, int]] = []
 
     def allocate(
         self,
@@ -115,15 +116,20 @@ class ResizeLog(Adaptor):
         allocation = self.upstream.allocate(
             nbytes, device, alignment, in_use=in_use, slot=slot, previous=previous
         )
-        if slot is not None and debug_enabled():
-            self._queued.append((caller_origin(), slot, previous, nbytes))
+        if slot is not None:  # a growth (not a failed one's old capacity again)
+            self._queued.append((slot, previous, nbytes))
         return allocation
 
     def report(self) -> None:
         queued = self._queued
         if queued:
             self._queued = []
-        for origin, slot, before, after in queued:
+        # What would not be logged is not looked up: the switch is read, and the caller's
+        # line found (the call is still on the stack), only where the logger passes INFO on.
+        if not (queued and logger.isEnabledFor(logging.INFO) and debug_enabled()):
+            queued = []
+        origin = caller_origin() if queued else ""
+        for slot, before, after in queued:
             logger.info(
                 "[WORKSPACE DEBUG] Resized workspace from '%s': %.2f MB -> %.2f MB "
                 "(ubatch %d, lane %d)",

@@ -30,11 +30,12 @@ class SlotBuffers:
         alignment: every buffer's ``data_ptr()`` is a multiple of it.
         allocator: provides each buffer (an adaptor stack, ``_allocators.allocator_stack``).
 
-    Attributes:
-        carvers: per slot, the :class:`interop._workspace._carving.Carver` of its buffer (the engine
-            carves through it, under its lock).
-        generation: how many times a buffer was taken or installed (under the engine's
-            lock): views carved at one generation are of the current buffers while it holds.
+    Each slot's buffer and its carver are one record, replaced whole (one assignment: an
+    interruption leaves either the old record or the new one). A new record gets a new
+    :class:`~interop._workspace._carving.Carver`, whose ``generation`` counts the slot's
+    records: views carved from a carver are of the slot's buffer while that carver is the
+    slot's :meth:`current` one (the engine reads it under its lock, carves with no lock
+    held, and checks after).
     """
 
     def __init__(
@@ -43,40 +44,40 @@ class SlotBuffers:
         self.device = device
         self.allocator = allocator
         self._alignment = alignment
-        self._allocations: list[Allocation | None] = [None] * count
-        self._no_buffer = Carver(None, device)  # every empty slot's (it holds nothing)
-        self.carvers: list[Carver] = [self._no_buffer] * count
-        self.generation = 0
+        empty = (None, Carver(None, device))
+        self._slots: list[tuple[Allocation | None, Carver]] = [empty] * count
+
+    def current(self, index: int) -> Carver:
+        """Slot ``index``'s carver: its buffer's views (none while it has no buffer)."""
+        return self._slots[index][1]
 
     def buffer(self, index: int) -> torch.Tensor | None:
         """Slot ``index``'s buffer, ``None`` while it has none."""
-        allocation = self._allocations[index]
+        allocation = self._slots[index][0]
         return None if allocation is None else allocation.buffer
 
     def buffers(self) -> list[torch.Tensor | None]:
         """Every slot's buffer, in slot order (a new list)."""
-        return [self.buffer(index) for index in range(len(self._allocations))]
+        return [self.buffer(index) for index in range(len(self._slots))]
 
     def owner(self, index: int) -> Any:
         """What owns slot ``index``'s memory (the JAX array for ``"jax"``), or ``None``."""
-        allocation = self._allocations[index]
+        allocation = self._slots[index][0]
         return None if allocation is None else allocation.owner
 
     def take(self, index: int) -> torch.Tensor | None:
         """The block slot ``index``'s buffer lies in, which the slot no longer holds (the
         caller drops it; the block keeps the buffer's bytes alive, and whatever else holds
         them holds its storage)."""
-        allocation = self._allocations[index]
-        self._allocations[index] = None
-        self.carvers[index] = self._no_buffer
-        self.generation += 1
+        allocation, carver = self._slots[index]
+        self._slots[index] = (None, Carver(None, self.device, generation=carver.generation + 1))
         return None if allocation is None else allocation.block
 
     def install(self, index: int, allocation: Allocation) -> None:
         """Make ``allocation`` slot ``index``'s buffer."""
-        self._allocations[index] = allocation
-        self.carvers[index] = Carver(allocation.block, self.device, allocation.start)
-        self.generation += 1
+        generation = self._slots[index][1].generation + 1
+        carver = Carver(allocation.block, self.device, allocation.start, generation)
+        self._slots[index] = (allocation, carver)
 
     def allocate(
         self,
@@ -99,7 +100,7 @@ class SlotBuffers:
             in_use: the buffers it must not overlap; default: the other slots' buffers.
         """
         if in_use is None:
-            in_use = self.others(index)
+            in_use = self.others(index) if self.allocator.checks_overlap else ()
         return self.allocator.allocate(
             nbytes, self.device, self._alignment, in_use=in_use, slot=slot, previous=previous
         )

@@ -42,6 +42,8 @@ class Carver:
         block: a 1-D ``uint8`` tensor holding the buffer, or ``None``.
         device: where an empty slot's empty views live.
         start: the buffer's first byte in ``block`` (offsets are the buffer's).
+        generation: which of its slot's buffers this is (``_buffers.SlotBuffers`` counts
+            them; a memo entry records it).
 
     Example:
         >>> import torch
@@ -51,12 +53,19 @@ class Carver:
         (torch.Size([2, 3]), torch.int8, 256)
     """
 
-    __slots__ = ("_aliases", "block", "device", "start")
+    __slots__ = ("_aliases", "block", "device", "generation", "start")
 
-    def __init__(self, block: torch.Tensor | None, device: torch.device, start: int = 0) -> None:
+    def __init__(
+        self,
+        block: torch.Tensor | None,
+        device: torch.device,
+        start: int = 0,
+        generation: int = 0,
+    ) -> None:
         self.block = block
         self.device = device
         self.start = start
+        self.generation = generation
         # Per dtype: the block seen as that dtype, the element where the buffer starts in
         # its storage, and the itemsize; None where no alias can be made.
         self._aliases: dict[Any, tuple[torch.Tensor, int, int] | None] = {}
@@ -79,8 +88,9 @@ class Carver:
             offset = offsets[0]
             if alias is not None and not offset % alias[2]:
                 start = alias[1] + offset // alias[2]
-                # contiguous_strides, inlined for the shapes the miss path sees most (a call
-                # saved; tests/workspace/test_carving.py pins the strides to torch's)
+                # contiguous_strides, inlined for the shapes the miss path sees most: a call
+                # saved on bench_workloads' "miss, 1 view" (tests/workspace/test_carving.py
+                # pins the strides to torch's)
                 rank = len(shape)
                 if rank == 2:
                     strides: tuple[int, ...] = (shape[1] or 1, 1)
@@ -164,7 +174,9 @@ def fresh(views: Sequence[torch.Tensor], requests: Sequence[tuple[Any, Any]]) ->
     """A new tensor over each of ``views``, carved for ``requests`` (``view.view(dtype)``):
     no view relation to the shared alias, so what a caller does to it reaches no other
     call's views. (Each dtype is read from its request: cheaper than the view's own.)"""
-    if len(views) == 1:  # the usual sizes, unrolled (a comprehension is a call)
+    # The usual sizes unrolled (a comprehension is a call): bench_workloads' "miss, 1 view"
+    # and "miss, 3 views".
+    if len(views) == 1:
         (a,), ((_, da),) = views, requests
         return [a.view(da)]
     if len(views) == 3:
@@ -188,6 +200,8 @@ def view_maker(
         >>> first.dtype, second.shape, make()[0] is first
         (torch.int32, torch.Size([4]), False)
     """
+    # The usual sizes unrolled: bench_hot_path's "get_simultaneous x3" (x1 is viewed by the
+    # façade itself, from the entry's one view).
     if len(carved) == 1:
         (a,), ((_, da),) = carved, requests
         return lambda: [a.view(da)]

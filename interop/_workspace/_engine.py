@@ -1,64 +1,94 @@
 """The state engine: the manager's current state, its lock, and the loop that carries out
 what the core plans.
 
-This is the only module that takes the manager's mutex. Everything that changes the state
-comes here: a transition runs on the current state with no lock held (it may run the
-caller's code: a key's ``__eq__``), and its result is installed only if the state is still
-the one it planned from (compare-and-swap); otherwise it runs again. The mutex covers the
-swap, and what must match the state it installs: carving views from the buffers the new
-state describes, and (with a built-in allocator) releasing and allocating buffers.
+This is the only module that takes the manager's mutex, and it takes it only with
+``with``. Everything that changes the state comes here, as a *transition*: a function of
+a state returning ``(new_state, offsets, result, growth)`` (:func:`functional_ws.fast_paths.fit`'s
+shape). A transition runs on the current state with no lock held (it may run the caller's
+code: a key's ``__hash__``), and its result is installed only if the state is still the
+one it planned from (compare-and-swap), or, where other calls changed only other slots,
+over what they did (:func:`functional_ws.rebase`); otherwise it runs again, a bounded
+number of times (:data:`MAX_PLANS`).
 
-A growth (:meth:`Engine.run`, when the core's plan names one) is carried out in the
-original's order (vLLM 0.33.0's ``_ensure_workspace_size``):
+The mutex covers only assignments: installing a state, taking and installing buffers,
+retiring memos. No user code runs under it: views are carved after it is released, from
+the carver read with the state, and they are handed out only if that carver is still the
+slot's (else the call is served again); a torch mode's handler, an ``alloc_context``, an
+allocator, a pool's finaliser and a log handler all run with no lock held.
 
-1. the checks that need no release: a CUDA graph being captured refuses it
-   (``GrowthDuringCaptureError``); the core has refused what can never fit already;
-2. under the mutex, if the state is still the one planned from: each growing slot's memos
-   retire (``_memo.Memos.retire``), its buffer is taken, and the state says the slot holds
-   none (capacity 0) while it has none;
+Every step keeps the state and the buffers consistent, so that an asynchronous exception
+(KeyboardInterrupt) at any point leaves a manager whose next call works: a slot's state
+never claims bytes its buffer does not hold. Before a slot's buffer is taken, the state
+that says the slot holds none is published; a new buffer is installed before the state
+that claims it. A slot's memos retire after its buffer is taken (a call that checked the
+buffer before may still insert an entry: into the memo that then dies), and a memo is
+replaced before it is killed, so the memo tables always hold a live one.
+
+A growth (:meth:`Engine._grow`) is carried out in the original's order (vLLM 0.33.0's
+``_ensure_workspace_size``):
+
+1. the checks that need no release: a CUDA graph being captured refuses it; the core has
+   refused what can never fit already;
+2. under the mutex, if the state is still the one planned from: the state saying the
+   growing slots hold nothing is published (capacity 0: :func:`functional_ws.after_failed_growth`
+   with every slot at 0), their buffers are taken, and their memos retire;
 3. with no lock held: the old buffers go (the allocator's adaptors see them go; freeing
    may run a pool's code), the accelerator cache is emptied, then ``alloc_context()`` is
    entered and the new buffers are allocated inside it (vLLM's sleep-mode pool unmaps what
    was freed when it is entered: the old buffers must be gone by then);
-4. under the mutex, the new buffers are installed with the planned state and the views
-   carved; if other calls moved the state meanwhile, the transition is planned again on
-   the state as it is, and the buffers installed if it still plans this growth;
-5. after the mutex, what the allocator adaptors queued is reported (logging runs handlers).
+4. under the mutex, the new buffers are installed, then the planned state; if other calls
+   changed other slots meanwhile, the growing slots are put into the state as it is
+   (:func:`functional_ws.rebase`: a lock taken meanwhile stays, as the original checks the
+   lock before it releases anything); if another growth settled the growing slots
+   meanwhile, these buffers go and the call is planned again;
+5. after the mutex, what the allocator's adaptors queued is reported (logging runs
+   handlers).
 
 If entering the context or an allocation fails, every growing slot gets its old capacity
 again where possible (the slots of one growth stay in step), the core
 (:func:`functional_ws.after_failed_growth`) says what the state becomes, and the error is
 raised with a note per slot. A callable allocator keeps the other order: its buffers are
 allocated and checked inside ``alloc_context()`` before anything is released, so a refused
-or failed allocation changes nothing; the old buffers are dropped after the mutex.
+or failed allocation changes nothing; the old buffers go after the mutex.
+
+A fork while another thread holds the mutex would leave the child's copy held for good:
+the child gets a new one (``interop/_locks.py``), and the state it inherited is
+consistent (see above).
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager
 from typing import Any, TypeVar
 
 import torch
 
 import functional_ws as fws
 from functional_ws import Growth, Slot, WorkspaceLockedError, WorkspaceState
-from functional_ws.fast_paths import emptied as emptied_slots
-from functional_ws.fast_paths import fit
 
 from .._device import empty_device_cache, refuse_growth_during_capture
+from .._errors import ReplanLimitError
+from .._locks import renew_after_fork
 from ._buffers import SlotBuffers
+from ._carving import Carver
 from ._memo import Memos
 from ._providers import Allocation
 from ._requests import worded
 
 R = TypeVar("R")
-F = TypeVar("F")
-#: A transition as the engine runs it: state -> (new state, growth to carry out, result).
-Transition = Callable[[WorkspaceState], tuple[WorkspaceState, Growth, R]]
-#: What a transition planned on a state: ``(old, new, growth, result)``.
-Planned = tuple[WorkspaceState, WorkspaceState, Growth, R]
+#: A transition: state -> (new state, offsets of the views to carve, result, growth).
+Transition = Callable[[WorkspaceState], tuple[WorkspaceState, Sequence[int], R, Growth]]
+#: How many times a call plans again because the state moved before it could install its
+#: result (other threads, or user code the call runs). A transition that runs no user code
+#: then plans once more under the mutex; one that does raises ReplanLimitError.
+MAX_PLANS = 16
+#: The offsets of a transition that carves nothing.
+_NOTHING: Sequence[Any] = ()
+#: The "carver" of a transition that carves nothing: installed, nothing to carve from.
+_NO_SLOT = Carver(None, torch.device("cpu"))
 
 
 class Engine:
@@ -87,299 +117,244 @@ class Engine:
         self.memos = memos
         self._alloc_context = alloc_context
         self._device = buffers.device
-        # Taken as acquire() / try / finally: release(), not `with`: the with statement costs
-        # about 90 ns more per use on CPython 3.11, and the miss path takes it on every call.
         self._mutex = threading.Lock()
+        renew_after_fork(self, "_mutex")  # a fork while another thread holds it
 
-    # ----- transitions without growth -----
+    # ----- installing a state -----
 
     def swap(self, old: WorkspaceState, new: WorkspaceState) -> bool:
         """Install ``new`` if the state is still ``old`` (compare-and-swap)."""
-        self._mutex.acquire()
-        try:
+        with self._mutex:
             if self.state is not old:
                 return False
             self.state = new
             return True
-        finally:
-            self._mutex.release()
 
-    def update(self, transition: Callable[[WorkspaceState], WorkspaceState]) -> WorkspaceState:
-        """Install ``transition`` of the current state, one that never grows (lock, unlock, a
-        persistent key's claim), running it again while another thread moves the state.
+    def update(
+        self,
+        transition: Callable[[WorkspaceState], WorkspaceState],
+        user_code: str | None = None,
+    ) -> WorkspaceState:
+        """Install ``transition`` of the current state, one that never grows (lock, unlock,
+        a persistent key's claim), planning again while the state moves.
 
         Returns:
             The state installed.
         """
-        while True:
-            old = self.state
-            new = self.plan(transition, old)
-            if new is old or self.swap(old, new):
-                return new
+        return self.serve(
+            lambda state: (transition(state), _NOTHING, None, ()), None, (), user_code
+        )[2]
 
-    def fit_and_carve(
-        self, index: int, nbytes: Sequence[int], requests: Sequence[tuple[Any, Any]]
-    ) -> list[torch.Tensor]:
-        """A request seen for the first time in the slot at ``index`` (the miss path):
-        :func:`functional_ws.fast_paths.fit` of its byte counts, installed (grown first where it
-        must), and its views carved from the buffer the new state describes.
+    def run(self, transition: Transition[R], user_code: str | None = None) -> R:
+        """Install ``transition``'s state, carrying out its growth first; its result."""
+        return self.serve(transition, None, (), user_code)[1]
+
+    def serve(
+        self,
+        transition: Callable[..., tuple[WorkspaceState, Sequence[int], R, Growth]],
+        index: int | None,
+        requests: Sequence[tuple[Any, Any]],
+        user_code: str | None = None,
+        args: tuple[Any, ...] = (),
+    ) -> tuple[list[torch.Tensor], R, WorkspaceState, int]:
+        """Install ``transition(state, *args)`` (growing first where it says so) and carve
+        ``requests`` (canonical ``(shape, dtype)`` pairs) at its offsets from the buffer of
+        the slot at ``index`` (``None``: nothing to carve).
+
+        The views are carved with no lock held and handed out only if the slot's buffer is
+        still the one the installed state describes; otherwise the call is served again.
+
+        Args:
+            transition: what to install (a core function, or one the caller made).
+            index: the slot whose views are carved.
+            requests: the views, in the order of the transition's offsets.
+            user_code: what of the caller's code the transition runs (``None``: none), for
+                the error raised when it keeps moving the state.
+            args: the transition's arguments after the state (the miss path passes
+                :func:`functional_ws.fast_paths.fit` its slot index and byte counts).
 
         Returns:
-            The carved (shared-base) views.
+            ``(views, result, state, generation)``: the carved (shared-base) views, the
+            transition's result, the state installed, and the generation of the buffer they
+            were carved from.
+
+        Raises:
+            ReplanLimitError: (``RuntimeError``) the state moved every time the call was
+                planned, :data:`MAX_PLANS` times, and the transition runs ``user_code``.
         """
-        while True:
-            old = self.state
-            try:  # plan(fit, ...), inlined: this is the miss path
-                new, offsets, _, growth = fit(old, index, nbytes)
-            except WorkspaceLockedError as err:
-                raise worded(err) from None
-            if growth:
-                return self._fit_growing(index, nbytes, requests, (old, new, growth, offsets))
-            self._mutex.acquire()
-            try:
-                if self.state is old:
-                    self.state = new
-                    return self.buffers.carvers[index].carve(offsets, requests)
-            finally:
-                self._mutex.release()
+        spare: dict[int, Allocation] = {}  # a growth's buffers another growth overtook
+        for attempt in range(MAX_PLANS + 1):
+            if attempt < MAX_PLANS:
+                old = self.state
+                new, offsets, result, growth = self.plan(transition, old, *args)
+                carver = self._install(old, new, growth, index, spare)
+            elif user_code is None:  # nothing of the caller's runs: plan under the mutex
+                new, offsets, result, carver = self._plan_under_lock(transition, index, args, spare)
+            else:
+                raise ReplanLimitError.for_user_code(user_code, MAX_PLANS)
+            if carver is None:
+                continue  # the state moved first: plan again
+            if index is None:
+                return [], result, new, 0
+            views = carver.carve(offsets, requests)  # no lock held: a torch mode may run
+            if self.buffers.current(index) is carver:
+                return views, result, new, carver.generation
+        raise ReplanLimitError.for_growth(MAX_PLANS)
 
-    def _fit_growing(
-        self,
-        index: int,
-        nbytes: Sequence[int],
-        requests: Sequence[tuple[Any, Any]],
-        planned: Planned[tuple[int, ...]],
-    ) -> list[torch.Tensor]:
-        """:meth:`fit_and_carve` of a request that grows the slot (``planned`` on ``old``)."""
-
-        def transition(state: WorkspaceState) -> tuple[WorkspaceState, Growth, Any]:
-            new, offsets, _, growth = fit(state, index, nbytes)
-            return new, growth, offsets
-
-        def finish(offsets: tuple[int, ...]) -> list[torch.Tensor]:
-            # Under the mutex: carved from the buffer the new state describes.
-            return self.buffers.carvers[index].carve(offsets, requests)
-
-        return self.run(transition, finish, planned)
+    def generation(self, index: int) -> int:
+        """The generation of slot ``index``'s current buffer (memo entries record theirs)."""
+        return self.buffers.current(index).generation
 
     def plan(self, transition: Callable[..., R], *args: Any) -> R:
         """``transition(*args)``, a core function, with its lock refusal worded as the
-        original's (naming the caller's line): where refusals are reworded (and in
-        :meth:`fit_and_carve`'s inlined copy)."""
+        original's (naming the caller's line) and marked as this manager's own."""
         try:
             return transition(*args)
         except WorkspaceLockedError as err:
-            raise worded(err) from None
+            raise worded(err, refused_by=self) from None
 
-    # ----- transitions that may grow -----
-
-    def run(
+    def _plan_under_lock(
         self,
-        transition: Transition[R],
-        finish: Callable[[R], F],
-        planned: Planned[R] | None = None,
-    ) -> F:
-        """Run ``transition`` on the current state and install its result, growing first
-        when it says so; then ``finish(result)`` under the mutex (it carves views from the
-        buffers the new state describes). ``planned``: the transition's result on a state,
-        when the caller has it already.
-        """
-        while True:
-            if planned is None:
-                old = self.state
-                new, growth, result = self.plan(transition, old)
-            else:
-                (old, new, growth, result), planned = planned, None
-            if growth:
-                done, value = self._grow(transition, finish, (old, new, growth, result))
-                if done:
-                    return value  # type: ignore[return-value]
-                continue
-            self._mutex.acquire()
-            try:
-                if self.state is old:
-                    self.state = new
-                    return finish(result)
-            finally:
-                self._mutex.release()
+        transition: Callable[..., Any],
+        index: int | None,
+        args: tuple[Any, ...],
+        spare: dict[int, Allocation],
+    ) -> tuple[WorkspaceState, Sequence[int], Any, Carver | None]:
+        """The last try of a call whose transition runs no user code: planned and, without
+        growth, installed under the mutex, so other threads cannot move the state between."""
+        with self._mutex:
+            old = self.state
+            new, offsets, result, growth = self.plan(transition, old, *args)
+            if not growth:
+                self.state = new
+                return new, offsets, result, self._carver(index)
+        return new, offsets, result, self._install(old, new, growth, index, spare)
 
-    def _grow(
-        self, transition: Transition[R], finish: Callable[[R], F], planned: Planned[R]
-    ) -> tuple[bool, F | None]:
-        """Carry out the growth ``planned`` names if the transition still plans it:
-        ``(True, finish(result))``; ``(False, None)`` when the state moved meanwhile (the
-        caller runs it again)."""
-        if self._device.type == "cuda":
-            refuse_growth_during_capture(self._device, *planned[2][0])
-        buffers = self.buffers
+    def _carver(self, index: int | None) -> Carver:
+        """The carver of slot ``index`` (read under the mutex, with the state); for
+        ``None`` (nothing to carve), a carver of no buffer."""
+        return _NO_SLOT if index is None else self.buffers.current(index)
 
-        def carve(result: R) -> tuple[F, int]:  # under the mutex, as finish is
-            return finish(result), buffers.generation
-
-        try:
-            if buffers.allocator.releases_first:
-                done, value, error = self._grow_releasing_first(transition, carve, planned)
-            else:
-                done, value, error = self._grow_allocating_first(transition, carve, planned)
-        finally:
-            buffers.allocator.report()  # logging runs handlers: never under the mutex
-        if error is not None:
-            try:
-                raise error
-            finally:  # the traceback holds this frame: keep no cycle through the error
-                error = None
-        if not done or value is None:
-            return done, None
-        carved, generation = value
-        if generation != buffers.generation:  # user code (a finalizer, a log handler, the
-            return False, None  # context's exit) replaced a buffer since: plan again
-        return True, carved
-
-    def _grow_releasing_first(
-        self, transition: Transition[R], finish: Callable[[R], F], planned: Planned[R]
-    ) -> tuple[bool, F | None, BaseException | None]:
-        """The built-in allocators' growth, in the original's order: release the old
-        buffers, empty the accelerator cache, then allocate inside ``alloc_context()``.
-
-        While the new buffers are allocated, the state says the growing slots hold none
-        (capacity 0), and no lock is held (the context is user code).
-        """
-        old, new, growth, result = planned
-        slots, indices = [], []
-        for slot, _ in growth:  # (one loop, not comprehensions: each is a call)
-            slots.append(slot)
-            indices.append(old.index(slot))
-        emptied = emptied_slots(old, indices)  # after_failed_growth with every slot at 0
-        self._mutex.acquire()
-        try:
-            if self.state is not old:
-                return False, None, None
-            retired = []
-            for index in indices:
-                retired.append(self._take(index))
-            self.state = emptied
-        finally:
-            self._mutex.release()
-        self._drop(slots, retired)
-        del retired
-        held, allocations, error = self._allocate_in_context(old, growth, indices)
-        try:
-            self._mutex.acquire()
-            try:
-                if self.state is emptied:  # nothing moved meanwhile: install as planned
-                    for index, allocation in allocations.items():
-                        self.buffers.install(index, allocation)
-                    if error is not None:
-                        self.state = fws.after_failed_growth(old, new, held)
-                        return True, None, error
-                    self.state = new
-                    return True, finish(result), None
-            finally:
-                self._mutex.release()
-            if error is not None:  # other calls moved the state: keep what they did
-                return self._settle_failure(old, new, emptied, held, allocations, error)
-            done, value = self._settle_moved(transition, finish, growth, allocations)
-            return done, value, None
-        finally:  # the error's traceback keeps this frame: keep no cycle through the error
-            error = None
-
-    def _settle_moved(
-        self,
-        transition: Transition[R],
-        finish: Callable[[R], F],
-        growth: Growth,
-        allocations: dict[int, Allocation],
-    ) -> tuple[bool, F | None]:
-        """The new buffers exist but other calls moved the state while they were allocated:
-        plan the transition again on the state as it is and install them if it still plans
-        this growth (the growing slots still hold none); else drop them (``(False, None)``:
-        the caller runs the transition again)."""
-        while True:
-            current = self.state
-            new, again, result = self.plan(transition, current)
-            if again != growth:  # another growth settled these slots meanwhile
-                return False, None
-            self._mutex.acquire()
-            try:
-                if self.state is current:
-                    for index, allocation in allocations.items():
-                        self.buffers.install(index, allocation)
-                    self.state = new
-                    return True, finish(result)
-            finally:
-                self._mutex.release()
-
-    def _settle_failure(
+    def _install(
         self,
         old: WorkspaceState,
         new: WorkspaceState,
-        emptied: WorkspaceState,
-        held: dict[Slot, int],
-        allocations: dict[int, Allocation],
-        error: BaseException,
-    ) -> tuple[bool, None, BaseException]:
-        """A growth that failed while other calls moved the state: the growing slots get
-        the buffers they hold again, over what those calls did (if no other growth settled
-        the slots meanwhile, in which case its buffers stay and these are dropped)."""
-        while True:
-            current = self.state
-            touched = [old.index(slot) for slot in held]
-            if any(current.slots[i] is not emptied.slots[i] for i in touched):
-                return True, None, error
-            settled = fws.after_failed_growth(old, new, held, current=current)
-            self._mutex.acquire()
-            try:
-                if self.state is current:
-                    for index, allocation in allocations.items():
-                        self.buffers.install(index, allocation)
-                    self.state = settled
-                    return True, None, error
-            finally:
-                self._mutex.release()
-
-    def _allocate_in_context(
-        self, old: WorkspaceState, growth: Growth, indices: list[int]
-    ) -> tuple[dict[Slot, int], dict[int, Allocation], BaseException | None]:
-        """Allocate the new buffers of ``growth`` inside ``alloc_context()``; if entering it
-        or an allocation fails, every growing slot gets its old capacity again where
-        possible (the slots of one growth stay in step).
+        growth: Growth,
+        index: int | None,
+        spare: dict[int, Allocation],
+    ) -> Carver | None:
+        """Install ``new``, planned on ``old``, carrying out ``growth`` first (with the
+        buffers in ``spare``, by slot index, where they are the sizes it needs: what an
+        earlier try of the call allocated before another growth overtook it, so that code
+        its allocation runs, which made that growth, does not run again).
 
         Returns:
-            ``(held, allocations, error)``: per slot, the capacity it will hold; per slot
-            index, its buffer; the error to raise (with a note), or ``None``.
+            The carver of slot ``index`` as ``new`` describes it; ``None`` when the state
+            moved before ``new`` could be installed (plan again).
         """
-        allocations: dict[int, Allocation] = {}
-        entered = False
-        context = self._alloc_context
-        try:
-            if context is nullcontext:  # the default: nothing to enter (three calls saved)
-                entered = True
-                self._allocate_each(old, growth, indices, allocations)
-            else:
-                with context():
-                    entered = True
-                    self._allocate_each(old, growth, indices, allocations)
-        except BaseException as err:  # out of memory, a bad result, a context that raised
-            allocations.clear()  # the new buffers go before the old capacities come back
-            held, allocations = self._restore(old, growth, indices, entered)
-            for slot, nbytes in growth:
-                _explain(err, slot, nbytes, old.capacity(slot), held[slot])
-            return held, allocations, err
-        return dict(growth), allocations, None
+        if growth:
+            if self._device.type == "cuda":
+                refuse_growth_during_capture(self._device, *growth[0])
+            try:
+                if self.buffers.allocator.releases_first and not _covers(spare, old, growth):
+                    return self._grow(old, new, growth, index, spare)
+                # Buffers in hand (a callable's, or spares): swapped in under the mutex.
+                return self._grow_allocating_first(old, new, growth, index, spare)
+            finally:
+                self.buffers.allocator.report()  # logging runs handlers: never under the mutex
+        with self._mutex:
+            current = self.state
+            if current is not old:  # other calls moved it: ours over theirs, where apart
+                if index is None or current.slots[index] is not old.slots[index]:
+                    return None  # the slot it planned in changed (or which it read is unknown)
+                settled = fws.rebase(old, new, current)
+                if settled is None:
+                    return None
+                new = settled
+            self.state = new
+            return self._carver(index)
 
-    def _allocate_each(
+    # ----- growth -----
+
+    def _grow(
+        self,
+        old: WorkspaceState,
+        new: WorkspaceState,
+        growth: Growth,
+        index: int | None,
+        spare: dict[int, Allocation],
+    ) -> Carver | None:
+        """The built-in allocators' growth, in the original's order: release the old
+        buffers, empty the accelerator cache, then allocate inside ``alloc_context()``
+        (steps 2 to 4 of the module's docstring)."""
+        slots, indices, blocks = [], [], []
+        for slot, _ in growth:
+            slots.append(slot)
+            indices.append(old.index(slot))
+        bare = fws.after_failed_growth(old, new, dict.fromkeys(slots, 0))
+        with self._mutex:
+            if self.state is not old:
+                return None
+            self.state = bare  # the slots claim nothing before their buffers go
+            for i in indices:
+                blocks.append(self.buffers.take(i))
+                self.memos.retire(i)  # after its buffer: a memo filled before is killed
+        self._release(slots, blocks)
+        held, allocations, error = self._allocate(old, growth, indices, spare)
+        try:
+            with self._mutex:
+                current = self.state
+                settled = fws.rebase(bare, new, current)  # over what other calls did meanwhile
+                if settled is not None:  # (None: another growth settled these slots)
+                    for i, allocation in allocations.items():
+                        self.buffers.install(i, allocation)  # before the state claims it
+                    if error is None:
+                        self.state = settled
+                        return self._carver(index)
+                    moved = None if current is bare else current
+                    self.state = fws.after_failed_growth(old, new, held, current=moved)
+            if error is not None:
+                raise error
+            spare.update(allocations)  # another growth settled these slots: plan again
+            return None
+        finally:  # the error's traceback holds this frame: keep no cycle through it
+            error = None
+
+    def _allocate(
         self,
         old: WorkspaceState,
         growth: Growth,
         indices: list[int],
-        allocations: dict[int, Allocation],
-    ) -> None:
-        """Allocate each growing slot's new buffer into ``allocations`` (by index)."""
-        for (slot, nbytes), index in zip(growth, indices, strict=True):
-            previous = old.slots[index].capacity
-            allocations[index] = self.buffers.allocate(
-                index, nbytes, slot=slot, previous=previous, in_use=()
-            )
+        spare: dict[int, Allocation],
+    ) -> tuple[dict[Slot, int], dict[int, Allocation], BaseException | None]:
+        """Allocate the new buffers of ``growth`` inside ``alloc_context()`` (taking those
+        of ``spare`` that have the sizes needed); if entering it or an allocation fails,
+        every growing slot gets its old capacity again where possible (the slots of one
+        growth stay in step).
+
+        Returns:
+            ``(held, allocations, error)``: per slot, the capacity it will hold; per slot
+            index, its buffer; the error to raise (with a note per slot), or ``None``.
+        """
+        allocations: dict[int, Allocation] = {}
+        entered = False
+        try:
+            with self._alloc_context():
+                entered = True
+                for (slot, nbytes), i in zip(growth, indices, strict=True):
+                    ready = spare.pop(i, None)
+                    if ready is None or ready.nbytes != nbytes:
+                        previous = old.slots[i].capacity
+                        ready = self.buffers.allocate(i, nbytes, slot=slot, previous=previous)
+                    allocations[i] = ready
+                    ready = None
+        except BaseException as err:  # out of memory, a bad result, a context that raised
+            allocations.clear()  # the new buffers go before the old capacities come back
+            held, restored = self._restore(old, growth, indices, entered)
+            for slot, nbytes in growth:
+                _explain(err, slot, nbytes, old.capacity(slot), held[slot])
+            return held, restored, err
+        return dict(growth), allocations, None
 
     def _restore(
         self, old: WorkspaceState, growth: Growth, indices: list[int], in_context: bool
@@ -387,70 +362,83 @@ class Engine:
         """Each growing slot's old capacity allocated again (inside ``alloc_context()``
         when the failure came after entering it): per slot the capacity it gets (0 where
         even that fails, or where it had none), per index its buffer."""
-        held: dict[Slot, int] = {}
+        held: dict[Slot, int] = dict.fromkeys((slot for slot, _ in growth), 0)
         allocations: dict[int, Allocation] = {}
-        context = self._alloc_context if in_context else nullcontext
-        try:
-            with context():
-                for (slot, _), index in zip(growth, indices, strict=True):
-                    held[slot] = 0
-                    capacity = old.slots[index].capacity
-                    if capacity:
-                        allocations[index] = self.buffers.allocate(index, capacity, in_use=())
-                        held[slot] = capacity
-        except BaseException:  # the device is full: the slot stays empty, the note says so
-            for slot, _ in growth:
-                held.setdefault(slot, 0)
+        # A slot whose allocation fails stays empty (the note says so); the context is made
+        # inside the suppression, which covers its factory too.
+        with (
+            contextlib.suppress(BaseException),
+            self._alloc_context() if in_context else contextlib.nullcontext(),
+        ):
+            for (slot, _), i in zip(growth, indices, strict=True):
+                capacity = old.slots[i].capacity
+                if capacity:
+                    allocations[i] = self.buffers.allocate(i, capacity)
+                    held[slot] = capacity
         return held, allocations
 
     def _grow_allocating_first(
-        self, transition: Transition[R], finish: Callable[[R], F], planned: Planned[R]
-    ) -> tuple[bool, F | None, BaseException | None]:
+        self,
+        old: WorkspaceState,
+        new: WorkspaceState,
+        growth: Growth,
+        index: int | None,
+        spare: dict[int, Allocation],
+    ) -> Carver | None:
         """A callable allocator's growth: every new buffer allocated and checked (inside
         ``alloc_context()``) before anything is released, so a refused or failed allocation
         changes nothing; then the buffers are swapped under the mutex, and the old ones
-        dropped after it (a pool's finalizer may call the manager)."""
-        old, new, growth, result = planned
-        wanted = [(old.index(slot), nbytes, slot, old.capacity(slot)) for slot, nbytes in growth]
-        with self._alloc_context():
-            prepared = self.buffers.allocate_apart(wanted)  # user code: no lock held
-        if self.state is not old:  # user code ran: plan again on the state as it is
-            old = self.state
-            new, again, result = self.plan(transition, old)
-            if again != growth:  # another thread changed the slots meanwhile
-                return False, None, None
-        self._mutex.acquire()
-        try:
-            if self.state is not old:
-                return False, None, None
-            slots = [slot for slot, _ in growth]
-            indices = [old.index(slot) for slot in slots]
-            retired = [self._take(index) for index in indices]
-            for index in indices:
-                self.buffers.install(index, prepared[index])
-            self.state = new
-            value = finish(result)
-        finally:
-            self._mutex.release()
-        self._drop(slots, retired)
-        return True, value, None
+        dropped after it (a pool's finaliser may call the manager). A growth whose buffers
+        are all in ``spare`` takes this way too: nothing of the caller's runs between its
+        plan and the swap, so other calls that keep growing the slot meanwhile (code the
+        first try's release and allocation ran) cannot overtake it again."""
+        slots = [slot for slot, _ in growth]
+        indices = [old.index(slot) for slot in slots]
+        wanted = [
+            (i, nbytes, slot, old.slots[i].capacity)
+            for i, (slot, nbytes) in zip(indices, growth, strict=True)
+        ]
+        if _covers(spare, old, growth):
+            prepared = {i: spare.pop(i) for i, _, _, _ in wanted}  # checked when made
+        else:
+            spare.clear()
+            with self._alloc_context():
+                prepared = self.buffers.allocate_apart(wanted)  # user code: no lock held
+        with self._mutex:
+            settled = fws.rebase(old, new, self.state)  # over what user code did meanwhile
+            if settled is None:
+                spare.update(prepared)  # user code changed the growing slots: plan again
+                return None
+            self.state = fws.after_failed_growth(
+                old, new, dict.fromkeys(slots, 0), current=self.state
+            )
+            blocks = [self.buffers.take(i) for i in indices]
+            for i in indices:
+                self.memos.retire(i)
+                self.buffers.install(i, prepared[i])
+            self.state = settled
+            carver = self._carver(index)
+        self._release(slots, blocks)
+        return carver
 
-    def _take(self, index: int) -> torch.Tensor | None:
-        """The block of slot ``index``'s buffer, taken from it (under the mutex): its memos
-        retire first, their views pin it."""
-        self.memos.retire(index)
-        return self.buffers.take(index)
-
-    def _drop(self, slots: list[Slot], retired: list[torch.Tensor | None]) -> None:
+    def _release(self, slots: list[Slot], blocks: list[torch.Tensor | None]) -> None:
         """Let the old buffers go (with no lock held: freeing memory may run a pool's code):
         the allocator's adaptors see each go, then the accelerator's cache is emptied."""
         for i, slot in enumerate(slots):
-            buffer, retired[i] = retired[i], None  # the list holds it no more
-            if buffer is not None:
-                self.buffers.allocator.release(slot, buffer)
-            buffer = None
+            block, blocks[i] = blocks[i], None  # the list holds it no more
+            if block is not None:
+                self.buffers.allocator.release(slot, block)
+            block = None
         if self._device.type != "cpu":
             empty_device_cache(self._device)
+
+
+def _covers(spare: dict[int, Allocation], old: WorkspaceState, growth: Growth) -> bool:
+    """Whether ``spare`` holds a buffer of the size ``growth`` needs for each of its slots."""
+    return all(
+        (allocation := spare.get(old.index(slot))) is not None and allocation.nbytes == nbytes
+        for slot, nbytes in growth
+    )
 
 
 def _explain(err: BaseException, slot: Slot, nbytes: int, previous: int, held: int) -> None:

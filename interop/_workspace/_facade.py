@@ -1,22 +1,19 @@
 """The torch façade: vLLM's ``WorkspaceManager`` API over the pure core.
 
-:class:`WorkspaceManager` holds the rooms of the manager (``README.md`` beside it draws them)
-and its public methods, each of which normalises its arguments at the request boundary
+:class:`WorkspaceManager` is one class holding the rooms of the manager (``README.md``
+beside it draws them). Each public method normalises its arguments at the request boundary
 (``_requests.py``) and hands the rest on: the hot paths look a request up in the slot's
 memo (``_memo.py``) and, where the state is the one the memoised plan left, hand out fresh
-views at once; everything else goes to the slow paths (``_serving.py``), which have the
-engine (``_engine.py``) run the core's transition, carry out its growth and install the new
-state. The class is composed of this module's scratch and lock methods and three more
-façade modules: reservations and plans (``_facade_plans.py``), persistent resources
-(``_facade_persistent.py``), and what a manager shows (``_facade_display.py``).
+views at once; everything else goes to the miss path or the slow paths (``_serving.py``),
+which have the engine (``_engine.py``) install the core's transition, carry out its growth
+and carve the views.
 
-The hot path of :meth:`WorkspaceManager.get_simultaneous` and
-:meth:`WorkspaceManager.get_retained` is written out inline (a function call is a
-measurable share of a repeated request: ``benchmarks/bench_hot_path.py``): find the slot's
-memo, look the request up, check that its dims are plain ints (a memoised
-``((1,), dtype)`` equals ``((True,), dtype)`` and ``((1.0,), dtype)``, which must still be
-refused), and serve the memoised views if the state is the one their plan left; a state
-that moved goes to
+The hits of :meth:`WorkspaceManager.get_simultaneous` and
+:meth:`WorkspaceManager.get_retained` are written out inline (a call is a measurable share
+of a repeated request: ``benchmarks/bench_hot_path.py``): find the slot's memo, look the
+request up, check that its dims are plain ints (a memoised ``((1,), dtype)`` equals
+``((True,), dtype)`` and ``((1.0,), dtype)``, which must still be refused), and serve the
+memoised views if the state is the one their plan left; a state that moved goes to
 :func:`interop._workspace._memo.replay_and_swap`.
 """
 
@@ -31,6 +28,7 @@ import torch
 
 import functional_ws as fws
 from functional_ws import ViewSpec, WorkspaceState
+from functional_ws.fast_paths import fit
 
 from .. import _context
 from .._compile import run_eagerly_under_compile
@@ -44,7 +42,7 @@ from ._carving import fresh
 from ._display import manager_html, manager_plot, manager_repr
 from ._engine import Engine
 from ._history import History
-from ._memo import Memos, last_plans, replay_and_swap
+from ._memo import Memo, Memos, last_plans, replay_and_swap
 from ._persistent import PersistentTables, check_persistent_tensor, tensor_factory
 from ._recording import Recorder
 from ._requests import (
@@ -54,7 +52,6 @@ from ._requests import (
     check_alignment,
     check_torch_dtypes,
     chosen_slots,
-    listed_as_tuples,
     plain_nbytes,
     plain_shape,
     reserve_requests,
@@ -275,62 +272,60 @@ class WorkspaceManager:
         ubatch, lane = SLOT.get()
         if ubatch is None:
             ubatch = 0 if _context.provider is None else provided_ubatch()
-        memo: Any  # a Memo, None once dropped (no annotation is evaluated at run time)
+        memo: Any  # a Memo; None for a slot not configured or a request not hashable
         try:  # lane and ubatch are non-negative ints: too large raises IndexError
             memo = self._acquired_at[ubatch][lane]
-        except IndexError:  # a slot not configured
-            entry = memo = None
-        else:
-            try:
-                entry = memo.get(shapes_and_dtypes)  # None when absent (then the old one's)
-            except TypeError:  # unhashable: a shape spelled as a list of ints, or not a request
-                entry = None
-                tupled = listed_as_tuples(shapes_and_dtypes)
-                try:  # served as the tuples it lists, from their memo entry
-                    entry = None if tupled is None else memo.get(tupled)
-                except TypeError:  # something else is unhashable (a dtype)
-                    tupled = None
-                if tupled is None:  # the slow path makes it canonical, or explains it
-                    memo = None
-                else:
-                    shapes_and_dtypes = tupled
-        if entry is not None:
-            for shape, _ in shapes_and_dtypes:
-                for dim in shape:  # a NumPy int is served as the int it equals
-                    if type(dim) is not int and type(dim) not in NUMPY_INTS:
-                        entry = memo = None  # equal to a memoised request, not plain
-                        return self._acquire(shapes_and_dtypes, (ubatch, lane))
-            engine = self._engine
-            state = engine.state
-            if entry.state is state:
-                memo.last = entry.plan  # what the pictures draw
-                one = entry.one
-                if one is not None:  # one tensor: its fresh view, made here (a call saved)
-                    return [one.view(entry.dtype)]
-                return entry.fresh()  # type: ignore[no-any-return]
-            if replay_and_swap(engine, memo, entry, state) is not None:
-                return entry.fresh()  # type: ignore[no-any-return]
-        # The slow paths may replace this slot's buffer; a memo holds no views once it is
-        # dead (a growth clears it), so keeping it pins nothing.
-        entry = None
-        slot = (ubatch, lane)
-        nbytes = None if memo is None else plain_nbytes(shapes_and_dtypes)
-        if nbytes is None:  # spelled otherwise, not a request, or a slot not configured
-            return self._acquire(shapes_and_dtypes, slot)
-        if memo.old and memo.promote(shapes_and_dtypes) is not None:
-            return self.get_simultaneous(*shapes_and_dtypes)  # kept in the old generation
-        if memo.admits(shapes_and_dtypes):  # seen before: planned by the core and memoised
-            return self._serve(shapes_and_dtypes, slot, True)
-        # Seen for the first time (the miss path): the short way, written out here (the
-        # engine's fit_and_carve, a call fewer), nothing memoised.
-        views = self._engine.fit_and_carve(memo.index, nbytes, shapes_and_dtypes)
+            entry = memo.get(shapes_and_dtypes)  # None when absent
+        except (IndexError, TypeError):  # not configured; unhashable (a list shape)
+            entry = memo = None  # (served below: an error raised here would chain to this)
+        if entry is None:
+            if memo is None:
+                return self._acquire(shapes_and_dtypes, (ubatch, lane))
+            return self._miss(shapes_and_dtypes, memo, (ubatch, lane))
+        # A hit, written out here: bench_hot_path's "get_simultaneous x1" and "x3" (a call
+        # is a measurable share of a repeated request). A memoised ((1,), dtype) equals
+        # ((True,), dtype) and ((1.0,), dtype), which must still be refused: its dims are
+        # checked (a NumPy int is served as the int it equals).
+        for shape, _ in shapes_and_dtypes:
+            for dim in shape:
+                if type(dim) is not int and type(dim) not in NUMPY_INTS:
+                    entry = None  # the slow path may grow the slot: pin nothing of it
+                    return self._acquire(shapes_and_dtypes, (ubatch, lane))
+        state = self._engine.state
+        if entry.state is state:
+            memo.last = entry.plan  # what the pictures draw
+            one = entry.one
+            if one is not None:  # the one-view shortcut ("get_simultaneous x1")
+                return [one.view(entry.dtype)]
+            return entry.fresh()  # type: ignore[no-any-return]
+        if replay_and_swap(self._engine, memo, entry, state) is not None:
+            return entry.fresh()  # type: ignore[no-any-return]
+        entry = None  # the slow path may grow the slot: pin nothing of its old buffer
+        return self._miss(shapes_and_dtypes, memo, (ubatch, lane), replayed=True)
+
+    def _miss(
+        self,
+        specs: tuple[Any, ...],
+        memo: Memo,
+        slot: tuple[int, int],
+        replayed: bool = False,
+    ) -> list[torch.Tensor]:
+        """A request the memo could not serve: one seen for the first time (the miss path:
+        planned from its byte counts, nothing kept), one seen before (planned by the core
+        and memoised), or one not in its plain form."""
+        nbytes = plain_nbytes(specs)
+        if nbytes is None:  # spelled otherwise, or not a request: made canonical, or refused
+            return self._acquire(specs, slot)
+        if not replayed and memo.old and memo.promote(specs) is not None:
+            return self.get_simultaneous(*specs)  # kept in the old generation: a hit now
+        if replayed or memo.admits(specs):  # seen before: planned by the core, memoised
+            return self._server.acquire(specs, slot, True)
+        # Seen for the first time: planned from its byte counts, carved, nothing kept.
+        views = self._engine.serve(fit, memo.index, specs, args=(memo.index, nbytes))[0]
         if memo.dead:  # this call grew the slot: its memo was replaced
-            memo = self._memos.acquired[memo.index]
-        memo.last = (slot, shapes_and_dtypes)  # what the pictures draw
-        if len(views) == 1:  # fresh(views, specs), unrolled for the usual single view
-            (view,) = views
-            return [view.view(shapes_and_dtypes[0][1])]
-        return fresh(views, shapes_and_dtypes)
+            memo = self._memos.acquired_memo(memo.index)
+        memo.last = (slot, specs)  # what the pictures draw
+        return fresh(views, specs)
 
     def try_get_simultaneous(
         self, *shapes_and_dtypes: tuple[tuple[int, ...], torch.dtype]
@@ -340,7 +335,8 @@ class WorkspaceManager:
 
         Unlocked, it grows as :meth:`get_simultaneous` does; locked and large enough, it
         returns the same views. Nothing changes when it returns ``None``. Other errors are
-        raised as usual.
+        raised as usual, another manager's lock refusal too (raised by an ``alloc_context``
+        or an allocator this manager's growth ran).
 
         Example:
             >>> import torch
@@ -352,27 +348,19 @@ class WorkspaceManager:
         """
         try:
             return self.get_simultaneous(*shapes_and_dtypes)
-        except fws.WorkspaceLockedError:
+        except fws.WorkspaceLockedError as err:
+            if err.refused_by is not self._engine:  # raised by code a growth ran
+                raise
             return None
 
     def _acquire(self, specs: tuple[Any, ...], slot: tuple[int, int]) -> list[torch.Tensor]:
-        """The slow path of :meth:`get_simultaneous` for a request that is not in its plain
-        form: served as its canonical form (lists, ``torch.Size``, NumPy ints), or, when it
-        has none, by the core, which explains what is wrong with it."""
+        """A request not in its plain form: served as its canonical form (lists,
+        ``torch.Size``, NumPy ints), or, when it has none, by the core, which explains what
+        is wrong with it (a slot not configured included)."""
         canon = canonical(specs)
         if canon is not specs:
             return self.get_simultaneous(*canon)
-        return self._serve(specs, slot, False)
-
-    def _serve(
-        self, specs: tuple[Any, ...], slot: tuple[int, int], admitted: bool
-    ) -> list[torch.Tensor]:
-        """``specs`` planned by the core (``_serving.py``), memoised when ``admitted`` (a
-        plain request seen before)."""
-        served = self._server.acquire(specs, slot, admitted)
-        if served is None:  # the slot grew since the views were carved: serve it again
-            return self.get_simultaneous(*specs)
-        return served
+        return self._server.acquire(specs, slot, False)
 
     def get_retained(
         self, key: Hashable, shape: tuple[int, ...], dtype: torch.dtype
@@ -410,27 +398,25 @@ class WorkspaceManager:
         ubatch, lane = SLOT.get()  # the slot lookup of get_simultaneous, inlined likewise
         if ubatch is None:
             ubatch = 0 if _context.provider is None else provided_ubatch()
-        memo: Any  # a Memo, None once dropped
+        memo: Any  # a Memo; None for a slot not configured or a request not hashable
         try:
             memo = self._retained_at[ubatch][lane]
             entry = memo[key, shape, dtype]  # None when absent (Memo.__missing__)
         except (IndexError, TypeError):  # a slot not configured, an unhashable key
-            entry = memo = None
+            entry = memo = None  # (served below: an error raised here would chain to this)
         if entry is not None and isinstance(shape, tuple):  # torch.Size too
             for dim in shape:  # a memoised (1,) equals (True,) and (1.0,): check
                 if type(dim) is not int and type(dim) not in NUMPY_INTS:
-                    entry = memo = None
+                    entry = None  # the slow path may grow the slot: pin nothing of it
                     return self._retain(key, shape, dtype)
-            engine = self._engine
-            state = engine.state
+            state = self._engine.state
             if entry.state is state:  # the replay left this state unchanged: intact
                 memo.last = entry.plan  # what the pictures draw
                 return entry.view.view(dtype), True
-            intact = replay_and_swap(engine, memo, entry, state)
+            intact = replay_and_swap(self._engine, memo, entry, state)
             if intact is not None:
                 return entry.view.view(dtype), intact
-        # The slow path may replace this slot's buffer: hold nothing that pins the old one.
-        entry = memo = None
+        entry = None  # the slow path may grow the slot: pin nothing of its old buffer
         return self._retain(key, shape, dtype)
 
     def _retain(
@@ -439,10 +425,7 @@ class WorkspaceManager:
         canon = canonical_shape(shape)
         if canon is not shape:  # spelled otherwise: served as its canonical spelling
             return self.get_retained(key, canon, dtype)
-        served = self._server.retain(key, shape, dtype, current_slot())
-        if served is None:  # the key's code grew the slot since the view was carved
-            return self._retain(key, shape, dtype)
-        return served
+        return self._server.retain(key, shape, dtype, current_slot())
 
     def _slot_buffer(self, slot: tuple[int, int]) -> torch.Tensor | None:
         """The aligned ``uint8`` buffer of ``slot`` (for tests and debugging)."""

@@ -16,11 +16,14 @@ dropped; a request found only in the old generation is promoted back. So an entr
 least once per generation is never evicted, and a working set larger than the bound costs
 what a miss costs, never more (the memo never clears itself whole).
 
-Correctness under threads. An entry is valid for the buffer it was carved from; when a
-slot's buffer is replaced, its memo is marked ``dead`` and a fresh one takes its place,
-before the new state is published (:meth:`Memos.retire`, which the engine calls). A caller
-that read the new state therefore sees ``dead`` on any entry it found in the old memo, and
-takes the slow path.
+Correctness under threads and interrupts. An entry records the generation of the buffer
+its views were carved from (``_carving.Carver.generation``), and a replay serves it only
+while that buffer is still its slot's; a hit without a replay needs the very state object
+the entry's plan left, which changes whenever the buffer does. When a slot's buffer is
+replaced, its memos retire (:meth:`Memos.retire`, which the engine calls before the
+buffer goes): a fresh memo takes each one's place in the tables first, then the old one is
+marked ``dead`` and emptied (its views pin the old buffer), so the tables always hold a
+live memo, whatever interrupts the retirement.
 
 Replaying. When the state moved since an entry was last used, :func:`replay_and_swap`
 replays its plan on the current state (the core's replay, cached by the identity of the
@@ -31,6 +34,7 @@ comes before it).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Hashable
 from typing import Any, Protocol
 
@@ -59,17 +63,19 @@ class AcquiredEntry:
             threads read it whole.
         plan: the core's :class:`functional_ws.Layout`, without growth.
         fresh: returns fresh views of the carved ones, one per requested tensor.
-        one: the carved view of a one-tensor request (the hot path views it itself: a
-            call saved), else ``None``; ``dtype`` its dtype.
+        one: the carved view of a one-tensor request (the hot path views it itself:
+            ``bench_hot_path``'s "get_simultaneous x1"), else ``None``; ``dtype`` its dtype.
+        generation: the generation of the slot's buffer the views were carved from.
     """
 
-    __slots__ = ("dtype", "fresh", "moved", "one", "plan", "state")
+    __slots__ = ("dtype", "fresh", "generation", "moved", "one", "plan", "state")
 
     def __init__(
         self,
         plan: Layout,
         fresh: Callable[[], list[torch.Tensor]],
         one: torch.Tensor | None = None,
+        generation: int = 0,
     ) -> None:
         self.state: WorkspaceState | None = None
         self.moved: tuple[WorkspaceState, WorkspaceState, bool] | None = None
@@ -77,6 +83,7 @@ class AcquiredEntry:
         self.fresh = fresh
         self.one = one
         self.dtype = None if one is None else one.dtype
+        self.generation = generation
 
     @staticmethod
     def replay(
@@ -90,18 +97,19 @@ class AcquiredEntry:
 class RetainedEntry:
     """One memoised ``get_retained`` request: the span and the view carved for it.
 
-    ``state`` and ``moved`` as for :class:`AcquiredEntry`; ``moved`` keeps the intact flag
-    of that replay: ``(before, after, intact)``. ``plan`` is the core's
+    ``state``, ``moved`` and ``generation`` as for :class:`AcquiredEntry`; ``moved`` keeps
+    the intact flag of that replay: ``(before, after, intact)``. ``plan`` is the core's
     :class:`functional_ws.Span`.
     """
 
-    __slots__ = ("moved", "plan", "state", "view")
+    __slots__ = ("generation", "moved", "plan", "state", "view")
 
-    def __init__(self, plan: Span, view: torch.Tensor) -> None:
+    def __init__(self, plan: Span, view: torch.Tensor, generation: int = 0) -> None:
         self.state: WorkspaceState | None = None
         self.moved: tuple[WorkspaceState, WorkspaceState, bool] | None = None
         self.plan = plan
         self.view = view
+        self.generation = generation
 
     @staticmethod
     def replay(
@@ -112,9 +120,12 @@ class RetainedEntry:
 
 
 class Swapper(Protocol):
-    """What :func:`replay_and_swap` installs a state through: the engine's compare-and-swap."""
+    """What :func:`replay_and_swap` installs a state through (the engine): its
+    compare-and-swap, and the generation of a slot's current buffer."""
 
     def swap(self, old: WorkspaceState, new: WorkspaceState) -> bool: ...
+
+    def generation(self, index: int) -> int: ...
 
 
 def replay_and_swap(
@@ -129,10 +140,10 @@ def replay_and_swap(
     Returns:
         The replay's flag (``get_retained``'s intact flag; ``True`` for
         ``get_simultaneous``) when ``entry``'s views serve the request; ``None`` when the
-        slow path must serve it: the slot's buffer was replaced since the lookup, the
-        replay needs a growth or moves the span, or another thread changed the state.
+        slow path must serve it: the slot's buffer was replaced since the views were carved,
+        the replay needs a growth or moves the span, or another thread changed the state.
     """
-    if memo.dead:  # the slot's buffer was replaced after the memo was looked up
+    if not still_current(engine, memo, entry):
         return None
     moved = entry.moved
     if moved is not None and moved[0] is state:  # replayed from this state before
@@ -151,6 +162,13 @@ def replay_and_swap(
     return flag
 
 
+def still_current(engine: Swapper, memo: Memo, entry: AcquiredEntry | RetainedEntry) -> bool:
+    """Whether ``entry``'s views are of its slot's current buffer: its memo is alive, and
+    the buffer is of the generation its views were carved from (either alone guards a
+    replay: a memo is killed after the buffer it was filled from is taken)."""
+    return not memo.dead and engine.generation(entry.plan.index) == entry.generation
+
+
 def memoise(
     memo: Memo,
     specs: tuple[Any, ...],
@@ -158,17 +176,19 @@ def memoise(
     carved: list[torch.Tensor],
     state: WorkspaceState,
     admitted: bool | None,
+    generation: int = 0,
 ) -> list[torch.Tensor]:
     """Keep ``carved``, the views of ``specs`` planned as ``layout`` (which left ``state``),
-    in ``memo`` if the request is plain and was seen before (``admitted``; ``None``: not
-    asked yet, ask now); fresh views of them either way."""
+    carved from the slot's buffer of ``generation``, in ``memo`` if the request is plain and
+    was seen before (``admitted``; ``None``: not asked yet, ask now); fresh views of them
+    either way."""
     memo.last = layout
     if admitted is False or not is_plain(specs) or not (admitted or memo.admits(specs)):
         return fresh(carved, [(spec.shape, spec.dtype) for spec in layout.specs])
     layout = layout.without_growth()  # as a replay will see it (the identity protocol)
     memo.last = layout
     make = view_maker(carved, specs)  # plain: (shape, dtype) pairs
-    entry = AcquiredEntry(layout, make, carved[0] if len(carved) == 1 else None)
+    entry = AcquiredEntry(layout, make, carved[0] if len(carved) == 1 else None, generation)
     entry.state = state  # a replay would leave this state unchanged
     memo.remember(specs, entry)  # if a growth killed this memo meanwhile: unused
     return make()
@@ -180,13 +200,15 @@ def memoise_retained(
     span: Span,
     view: torch.Tensor,
     state: Any,
+    generation: int = 0,
 ) -> None:
-    """Keep ``view``, carved for ``request`` (``(key, shape, dtype)``) at ``span``, in
-    ``memo`` if the request is plain and was seen before."""
+    """Keep ``view``, carved for ``request`` (``(key, shape, dtype)``) at ``span`` from the
+    slot's buffer of ``generation``, in ``memo`` if the request is plain and was seen
+    before."""
     memo.last = span
     shape = request[1]
     if type(shape) is tuple and plain_shape(shape) and memo.admits(request):
-        entry = RetainedEntry(span, view)
+        entry = RetainedEntry(span, view, generation)
         entry.state = state  # a replay would leave this state unchanged
         memo.remember(request, entry)
 
@@ -205,9 +227,6 @@ def last_plans(state: WorkspaceState, memos: list[Memo]) -> dict[tuple[int, int]
         if last is not None:
             plans[state.slot_of(i)] = last
     return plans
-
-
-_new_memo = dict.__new__
 
 
 class Memo(dict[Hashable, Any]):
@@ -274,33 +293,20 @@ class Memo(dict[Hashable, Any]):
         if len(self) >= self.limit // 2:
             self.old = dict(self)
             self.clear()
-        try:  # noqa: SIM105 - contextlib.suppress's three calls cost more than the insertion
+        with contextlib.suppress(TypeError):  # unhashable: served, not memoised
             self[key] = entry
-        except TypeError:  # unhashable: served, not memoised
-            pass
 
-    def succeeded(self) -> Memo:
-        """Kill this memo (``dead``, its entries dropped: their views pin the old buffer)
-        and return its :meth:`successor`."""
-        fresh = self.successor()
+    def kill(self) -> None:
+        """Mark this memo ``dead`` and drop its entries (their views pin the old buffer)."""
         self.dead = True
         self.clear()
         self.old.clear()
-        return fresh
 
     def successor(self) -> Memo:
         """A new, empty memo for the same slot once this one's buffer is replaced: it keeps
-        what pictures draw (``last``), what was seen once and the limit. (Built without
-        ``__init__``: every growth makes two.)"""
-        fresh = _new_memo(Memo)
-        fresh.index, fresh.limit, fresh.last, fresh.seen = (
-            self.index,
-            self.limit,
-            self.last,
-            self.seen,
-        )
-        fresh.old = {}
-        fresh.dead = False
+        what pictures draw (``last``), what was seen once and the limit."""
+        fresh = Memo(self.index, self.limit)
+        fresh.last, fresh.seen = self.last, self.seen
         return fresh
 
     def entries(self) -> int:
@@ -309,8 +315,9 @@ class Memo(dict[Hashable, Any]):
 
 
 class Memos:
-    """Every slot's two memos (``get_simultaneous``'s and ``get_retained``'s), in slot order
-    and as ``[ubatch][lane]`` tables (how the hot paths look them up).
+    """Every slot's two memos (``get_simultaneous``'s and ``get_retained``'s), as
+    ``[ubatch][lane]`` tables: how the hot paths look them up, and the one place they are
+    kept.
 
     Args:
         count: number of slots.
@@ -319,20 +326,41 @@ class Memos:
 
     def __init__(self, count: int, num_lanes: int) -> None:
         self.num_lanes = num_lanes
-        self.acquired: list[Memo] = [Memo(i) for i in range(count)]
-        self.retained: list[Memo] = [Memo(i) for i in range(count)]
-        self.acquired_at = _by_slot(self.acquired, num_lanes)
-        self.retained_at = _by_slot(self.retained, num_lanes)
+        self.acquired_at = _by_slot([Memo(i) for i in range(count)], num_lanes)
+        self.retained_at = _by_slot([Memo(i) for i in range(count)], num_lanes)
+
+    @property
+    def acquired(self) -> list[Memo]:
+        """Every slot's ``get_simultaneous`` memo, in slot order (a new list)."""
+        return [memo for row in self.acquired_at for memo in row]
+
+    @property
+    def retained(self) -> list[Memo]:
+        """Every slot's ``get_retained`` memo, in slot order (a new list)."""
+        return [memo for row in self.retained_at for memo in row]
+
+    def acquired_memo(self, index: int) -> Memo:
+        """Slot ``index``'s ``get_simultaneous`` memo."""
+        ubatch, lane = divmod(index, self.num_lanes)
+        return self.acquired_at[ubatch][lane]
+
+    def retained_memo(self, index: int) -> Memo:
+        """Slot ``index``'s ``get_retained`` memo."""
+        ubatch, lane = divmod(index, self.num_lanes)
+        return self.retained_at[ubatch][lane]
 
     def retire(self, index: int) -> None:
-        """Slot ``index``'s buffer is being replaced: its memos die (their views pin the old
-        buffer) and fresh ones, which keep what pictures draw and what was seen, take over.
-        Called before the state that describes the new buffer is published."""
+        """Slot ``index``'s buffer is being replaced: fresh memos, which keep what pictures
+        draw and what was seen, take its memos' places, then the old ones die (their views
+        pin the old buffer). Called before the buffer goes.
+
+        Each is replaced even when empty: a call that carved from the old buffer may still
+        try to insert its entry there, and finds it dead."""
         ubatch, lane = divmod(index, self.num_lanes)
-        # Replaced even when empty: a call that carved from the old buffer may still try to
-        # insert its entry there.
-        self.acquired[index] = self.acquired_at[ubatch][lane] = self.acquired[index].succeeded()
-        self.retained[index] = self.retained_at[ubatch][lane] = self.retained[index].succeeded()
+        for table in (self.acquired_at, self.retained_at):
+            old = table[ubatch][lane]
+            table[ubatch][lane] = old.successor()
+            old.kill()
 
 
 def _by_slot(memos: list[Memo], num_lanes: int) -> list[list[Memo]]:

@@ -287,7 +287,44 @@ def check_alignment(alignment: int) -> None:
         )
 
 
-def worded(err: WorkspaceLockedError) -> WorkspaceLockedError:
+#: Key types whose ``__hash__`` and ``__eq__`` are the interpreter's own (no caller's code).
+_PLAIN_KEYS = (str, int, float, bytes, bool, type(None), torch.dtype)
+
+
+def user_code_of_key(key: object) -> str | None:
+    """What of the caller's code a key runs when it is hashed and compared: ``None`` for
+    the interpreter's own types (tuples of them included), else a description naming the
+    key's type, for the error a call raises when that code keeps changing the workspace.
+
+    Example:
+        >>> user_code_of_key(("deepseek", 3)) is None
+        True
+        >>> class Key:
+        ...     pass
+        >>> user_code_of_key(("layer", Key()))
+        "the key's __hash__ and __eq__ (a Key in ('layer', <...Key object at 0x...>))"
+    """
+    if _is_plain_key(key):
+        return None
+    try:
+        shown = repr(key)
+    except Exception:  # a repr that raises: the type names it
+        shown = f"a {type(key).__name__}"
+    inner = key if not isinstance(key, tuple) else next(k for k in key if not _is_plain_key(k))
+    return f"the key's __hash__ and __eq__ (a {type(inner).__name__} in {shown})"
+
+
+def _is_plain_key(key: object) -> bool:
+    if type(key) is tuple:
+        return all(_is_plain_key(k) for k in key)
+    return type(key) in _PLAIN_KEYS
+
+
+def worded(err: WorkspaceLockedError, refused_by: object = None) -> WorkspaceLockedError:
     """The core's lock refusal, worded as the original's: with the caller's
-    ``file:line:function`` (the engine rewords every refusal here, once)."""
-    return WorkspaceLockedError.for_request(err.slot, err.required, err.current, caller_origin())
+    ``file:line:function`` (the engine rewords every refusal here, once), and marked as
+    ``refused_by`` (the engine whose state refused: ``try_get_simultaneous`` returns
+    ``None`` only for its own manager's refusal)."""
+    refusal = WorkspaceLockedError.for_request(err.slot, err.required, err.current, caller_origin())
+    refusal.refused_by = refused_by
+    return refusal

@@ -1,19 +1,16 @@
 """The façade's slow paths: a request its hot path could not serve from the memo.
 
-Each builds the core's transition for the request, has the engine run it (growing first
-where the plan says so) and carve the views under its lock from the buffers the new state
-describes, then memoises what repeats. The façade decides which path a request takes (its
-spelling, whether it was seen before) and writes out the miss path's short way itself
-(``Engine.fit_and_carve``: a call fewer on the path a new ``num_tokens`` takes); this room
-only serves. It never calls the façade:
-where a caller's code (a key's ``__hash__``) replaced the slot's buffer after the views
-were carved, it says so (``None``) and the façade serves the request again.
+Each builds the core's transition for the request and has the engine install it (growing
+first where the plan says so) and carve its views (:meth:`Engine.serve`: no lock held
+while they are carved, and they are of the slot's buffer the state describes), then
+memoises what repeats. The façade decides which path a request takes (its spelling,
+whether it was seen before); this room only serves, and never calls the façade.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any, TypeVar
 
 import torch
@@ -21,10 +18,11 @@ import torch
 import functional_ws as fws
 from functional_ws import Growth, Slot, ViewSpec, WorkspaceState
 
-from ._engine import Engine
+from .._errors import ReplanLimitError
+from ._engine import MAX_PLANS, Engine
 from ._memo import Memos, memoise, memoise_retained
 from ._persistent import PersistentTables
-from ._requests import check_torch_dtypes
+from ._requests import check_torch_dtypes, user_code_of_key
 
 T = TypeVar("T")
 
@@ -45,85 +43,83 @@ class Server:
 
     def acquire(
         self, specs: tuple[Any, ...], slot: Slot, admitted: bool | None
-    ) -> list[torch.Tensor] | None:
+    ) -> list[torch.Tensor]:
         """A request :func:`functional_ws.acquire` plans: one seen before (memoised) or one
         that is not plain. ``admitted``: whether it was seen before (``None``: not asked).
 
         Returns:
-            Fresh views; ``None`` when the slot's buffer was replaced after they were
-            carved (serve the request again).
+            Fresh views.
         """
         if not admitted:  # (an admitted request is plain: its dtypes are torch's)
             check_torch_dtypes(specs)  # the façade's word on a dtype that is not torch's
-        engine, memos = self.engine, self.memos
+        index = self.engine.state.index(slot)  # a slot not configured: refused first
 
-        def transition(state: WorkspaceState) -> tuple[WorkspaceState, Growth, fws.Layout]:
+        def transition(state: WorkspaceState) -> tuple[WorkspaceState, Sequence[int], Any, Growth]:
             new, layout = fws.acquire(state, slot, *specs)
-            return new, layout.growth, layout
+            return new, layout.offsets, layout, layout.growth
 
-        def finish(layout: fws.Layout) -> tuple[Any, ...]:
-            # Under the engine's mutex: carved from the buffers the new state describes.
-            # An admitted request is plain: its own pairs are the specs' (shape, dtype).
-            pairs = specs if admitted else [(spec.shape, spec.dtype) for spec in layout.specs]
-            carved = engine.buffers.carvers[layout.index].carve(layout.offsets, pairs)
-            return layout, carved, memos.acquired[layout.index], engine.state
-
-        layout, carved, memo, state = engine.run(transition, finish)
-        views = memoise(memo, specs, layout, carved, state, admitted)
-        return None if memo.dead else views
+        # Canonical pairs once the core accepts them: carved as they are.
+        carved, layout, state, generation = self.engine.serve(transition, index, specs)
+        memo = self.memos.acquired_memo(index)
+        return memoise(memo, specs, layout, carved, state, admitted, generation)
 
     def retain(
         self, key: Hashable, shape: tuple[int, ...], dtype: torch.dtype, slot: Slot
-    ) -> tuple[torch.Tensor, bool] | None:
+    ) -> tuple[torch.Tensor, bool]:
         """A ``get_retained`` request in canonical spelling, planned by
         :func:`functional_ws.retain`.
 
+        The key's own code (its ``__hash__`` and ``__eq__``) runs while the request is
+        planned and memoised: where it replaced the slot's buffer after the view was
+        carved, the request is served again (at most :data:`MAX_PLANS` times).
+
         Returns:
-            ``(view, intact)``; ``None`` when the key's own code (its ``__hash__``) replaced
-            the slot's buffer after the view was carved (serve the request again).
+            ``(view, intact)``.
+
+        Raises:
+            ReplanLimitError: (``RuntimeError``) the key's code changed the workspace
+                every time.
         """
         check_torch_dtypes(((shape, dtype),), "dtype")
         spec = ViewSpec.of(shape, dtype, "spec")  # the caller's shape and dtype read once
-        engine, memos = self.engine, self.memos
+        index = self.engine.state.index(slot)
+        user_code = user_code_of_key(key)
 
-        def transition(state: WorkspaceState) -> tuple[WorkspaceState, Growth, Any]:
+        def transition(state: WorkspaceState) -> tuple[WorkspaceState, Sequence[int], Any, Growth]:
             new, span, intact = fws.retain(state, slot, key, spec)
-            return new, span.growth, (span, intact)
+            return new, (span.offset,), (span.without_growth(), intact), span.growth
 
-        def finish(planned: tuple[fws.Span, bool]) -> tuple[Any, ...]:
-            # Under the engine's mutex: carved from the buffer the new state describes.
-            span = planned[0].without_growth()
-            (view,) = engine.buffers.carvers[span.index].carve((span.offset,), ((shape, dtype),))
-            return span, planned[1], view, memos.retained[span.index], engine.state
-
-        span, intact, view, memo, state = engine.run(transition, finish)
-        memoise_retained(memo, (key, shape, dtype), span, view, state)  # hashes the key
-        if memo.dead:
-            return None
-        return view.view(dtype), intact
+        for _ in range(MAX_PLANS):
+            served = self.engine.serve(transition, index, ((shape, dtype),), user_code)
+            (view,), (span, intact), state, generation = served
+            memo = self.memos.retained_memo(index)
+            memoise_retained(memo, (key, shape, dtype), span, view, state, generation)
+            if self.engine.generation(index) == generation:  # the key's code ran meanwhile
+                return view.view(dtype), intact
+        raise ReplanLimitError.for_user_code(user_code or "the key", MAX_PLANS)
 
     def reserve(self, requests: list[list[ViewSpec]], slots: tuple[Slot, ...] | None) -> None:
         """Grow the ``slots`` (``None``: every slot) to fit each of ``requests``
         (:func:`functional_ws.reserve`)."""
 
-        def transition(state: WorkspaceState) -> tuple[WorkspaceState, Growth, None]:
+        def transition(state: WorkspaceState) -> tuple[WorkspaceState, Sequence[int], None, Growth]:
             new, growth = fws.reserve(state, requests, slots)
-            return new, growth, None
+            return new, (), None, growth
 
-        self.engine.run(transition, _nothing)
+        self.engine.run(transition)
 
     def apply_plan(self, plan: WorkspaceState, path: str | os.PathLike[str]) -> None:
         """Reserve what ``plan`` (read from ``path``) lists, and lock if it was locked
         (:func:`functional_ws.apply_plan`; a mismatch names the file)."""
 
-        def transition(state: WorkspaceState) -> tuple[WorkspaceState, Growth, None]:
+        def transition(state: WorkspaceState) -> tuple[WorkspaceState, Sequence[int], None, Growth]:
             try:
                 new, growth = fws.apply_plan(state, plan)
             except fws.InvalidPlanError as err:
                 raise fws.InvalidPlanError(f"plan file {os.fspath(path)!r}: {err}") from None
-            return new, growth, None
+            return new, (), None, growth
 
-        self.engine.run(transition, _nothing)
+        self.engine.run(transition)
 
     def create_resource(self, slot: Slot, key: Hashable, factory: Callable[[], T]) -> T:
         """The persistent resource for ``key`` in ``slot``, created by ``factory`` if new.
@@ -142,9 +138,5 @@ class Server:
         if not callable(factory):
             raise TypeError(f"factory must be a callable returning the resource, got {factory!r}.")
         resource = factory()
-        self.engine.update(lambda state: fws.claim(state, slot, key)[0])
+        self.engine.update(lambda state: fws.claim(state, slot, key)[0], user_code_of_key(key))
         return self.tables.keep(index, key, resource)  # type: ignore[no-any-return]
-
-
-def _nothing(result: object) -> None:
-    return None

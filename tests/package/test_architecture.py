@@ -125,9 +125,12 @@ def test_the_state_module_is_the_floor():
         "functional_ws._errors",
         "functional_ws._checks",
         "functional_ws._presenters",
+        "functional_ws._build",
     }
-    # The presenter registry sits below the state: it imports nothing of the package.
+    # The presenter registry and the constructor builder sit below the state: they import
+    # nothing of the package.
     assert _graph(CORE, "functional_ws._presenters")["functional_ws._presenters"] == set()
+    assert _graph(CORE, "functional_ws._build")["functional_ws._build"] == set()
 
 
 def test_core_never_imports_the_shell_or_torch():

@@ -12,16 +12,16 @@ CORE_NAMES = {
     "InvalidPlanError", "InvalidSlotError", "InvalidSpecError", "LaneNotConfiguredError",
     "Layout", "PersistentKeyLockedError", "Slot", "SlotState", "Span",
     "UbatchNotConfiguredError", "ViewSpec", "WorkspaceError", "WorkspaceLockedError",
-    "WorkspaceState", "acquire", "after_failed_growth", "apply_plan", "claim", "diff",
-    "display", "from_dict", "initial_state", "lock", "plot", "render", "render_html",
-    "fast_paths", "reserve", "retain", "to_dict", "unlock",
+    "WorkspaceState", "acquire", "after_failed_growth", "apply_plan", "claim",
+    "diff", "display", "from_dict", "initial_state", "lock", "plot", "render", "render_html",
+    "fast_paths", "rebase", "reserve", "retain", "to_dict", "unlock",
 }  # fmt: skip
 DISPLAY_NAMES = {
     "COLOURS", "Segment", "SlotPicture", "counted", "dtype_colour", "exact_bytes",
     "format_bytes", "plot", "plot_timeline", "render", "render_html", "slot_pictures",
     "timeline_html",
 }  # fmt: skip
-FAST_PATH_NAMES = {"emptied", "fit", "layout_of", "replay_acquire", "replay_retain"}
+FAST_PATH_NAMES = {"fit", "layout_of", "replay_acquire", "replay_retain"}
 TESTING_NAMES = {
     "DEFAULT_DTYPES", "Transitions", "WorkspaceMachine", "WorkspaceModel", "dtypes", "keys",
     "register_profiles", "shapes", "slots", "spec_lists", "specs",
@@ -48,6 +48,7 @@ INTEROP_ERRORS_NAMES = {
     "InvalidSpecError", "JaxAlreadyStartedError", "JaxPreallocationWarning", "JaxSettingError",
     "LaneNotConfiguredError", "LazyViewError", "MisalignedViewError", "NegativeBitError",
     "NotInitializedError", "PersistentKeyLockedError", "PersistentMismatchError",
+    "ReplanLimitError",
     "ShardedArrayError", "StreamDeviceError", "StreamTypeError", "UbatchNotConfiguredError",
     "UnknownAllocatorError", "UnknownDeviceError", "UnsupportedDtypeError",
     "UnsupportedLayoutError", "UnsupportedPytreeError", "WorkspaceError",

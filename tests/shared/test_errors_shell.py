@@ -60,6 +60,7 @@ OTHER_BASES = {
     interop.errors.UnknownDeviceError: RuntimeError,
     interop.errors.DeviceUnavailableError: RuntimeError,
     interop.errors.GrowthDuringCaptureError: RuntimeError,
+    interop.errors.ReplanLimitError: RuntimeError,
     interop.errors.NotInitializedError: AssertionError,
     interop.errors.PersistentMismatchError: ValueError,
 }

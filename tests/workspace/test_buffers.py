@@ -39,10 +39,10 @@ def test_an_allocation_is_aligned_exact_and_not_installed_until_asked():
     buffers = _buffers()
     allocation = buffers.allocate(1, 1000, slot=(1, 0))
     assert allocation.buffer.numel() == 1000 and allocation.buffer.data_ptr() % 256 == 0
-    assert buffers.buffer(1) is None and buffers.carvers[1].block is None
+    assert buffers.buffer(1) is None and buffers.current(1).block is None
     buffers.install(1, allocation)
     assert buffers.buffer(1) is allocation.buffer
-    carver = buffers.carvers[1]
+    carver = buffers.current(1)
     assert carver.block is allocation.block and carver.start == allocation.start
     (view,) = carver.carve((0,), (((1000,), torch.uint8),))
     assert view.data_ptr() == allocation.buffer.data_ptr()
@@ -58,7 +58,7 @@ def test_a_torch_buffer_is_carved_from_its_block_and_sliced_only_when_asked_for(
     assert block.numel() == 1000 + 256 - 64 and (block.data_ptr() + allocation.start) % 256 == 0
     buffers.install(0, allocation)
     for dtype in (torch.uint8, torch.float16, torch.float32, torch.int64):
-        (view,) = buffers.carvers[0].carve((256,), (((8,), dtype),))
+        (view,) = buffers.current(0).carve((256,), (((8,), dtype),))
         assert view.data_ptr() == block.data_ptr() + allocation.start + 256
     assert allocation._buffer is None  # no slice made
     buffer = buffers.buffer(0)
@@ -78,11 +78,11 @@ def test_taking_a_buffer_empties_the_slot_and_its_carver():
     buffers = _buffers()
     allocation = buffers.allocate(0, 512)
     buffers.install(0, allocation)
-    carver = buffers.carvers[0]
+    carver = buffers.current(0)
     taken = buffers.take(0)
     assert taken is allocation.block and taken.numel() >= 512  # the block the buffer is in
-    assert buffers.buffer(0) is None and buffers.carvers[0] is not carver
-    assert buffers.carvers[0].block is None
+    assert buffers.buffer(0) is None and buffers.current(0) is not carver
+    assert buffers.current(0).block is None
     assert buffers.take(0) is None  # nothing left to take
 
 

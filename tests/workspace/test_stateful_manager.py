@@ -28,6 +28,7 @@ from functional_ws import (
 )
 from functional_ws.testing import spec_lists
 from interop import WorkspaceManager, use_workspace_lane, use_workspace_ubatch
+from interop._workspace import _memo
 from interop._workspace._memo import Memos
 from interop.testing import MachineConfig, WorkspaceAPIMachine
 from interop.testing._config import format_spec
@@ -148,8 +149,11 @@ ONE_SLOT = facade_config(num_ubatches=1, num_lanes=1)
 
 
 def _stale_memo(monkeypatch):
-    """Growth forgets to drop the memoised views: later calls get the retired buffer."""
+    """Growth forgets to drop the memoised views, and replays forget to check the buffer
+    they were carved from: later calls get the retired buffer. (Each guard alone keeps
+    views current, so both are planted.)"""
     monkeypatch.setattr(Memos, "retire", lambda self, index: None)
+    monkeypatch.setattr(_memo, "still_current", lambda engine, memo, entry: True)
 
 
 def _intact_lie(monkeypatch):
