@@ -69,3 +69,29 @@ def slots_snapshot(
             start = ws.state.slots[ws.state.index((ubatch, 0))].retained[1]
         slots.append((buffer.data_ptr(), buffer[start : start + 64].clone()))
     return ws.state, slots
+
+
+def mutex_is_free(ws: WorkspaceManager) -> bool:
+    """Whether no one holds the manager's mutex (taken and released at once if free)."""
+    mutex = ws._engine._mutex
+    if not mutex.acquire(blocking=False):
+        return False
+    mutex.release()
+    return True
+
+
+def inconsistencies(ws: WorkspaceManager) -> list[str]:
+    """What in ``ws`` disagrees with itself, as sentences (empty when nothing): a held
+    mutex, a slot whose state claims bytes its buffer does not hold (or a buffer of another
+    size under a state that claims one), a dead memo in the tables."""
+    problems = [] if mutex_is_free(ws) else ["the mutex is held"]
+    state = ws.state
+    for index, slot in enumerate(state.slots):
+        buffer = ws._engine.buffers.buffer(index)
+        if slot.capacity and (buffer is None or buffer.numel() != slot.capacity):
+            size = None if buffer is None else buffer.numel()
+            problems.append(f"slot {index} claims {slot.capacity} bytes, its buffer has {size}")
+    for table in (ws._memos.acquired_at, ws._memos.retained_at):
+        for row in table:
+            problems.extend(f"memo of slot {memo.index} is dead" for memo in row if memo.dead)
+    return problems

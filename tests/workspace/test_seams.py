@@ -1,0 +1,377 @@
+"""Where the manager meets other code: torch modes, forks, races, and user code that keeps
+changing the workspace (issue 29, items 4 to 8 and 11). Nothing hangs, nothing is stale.
+
+Every test that could hang runs its work in a thread (or a process) joined with a timeout.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from support.seams import in_slot_buffer, inconsistencies, retired_of
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
+
+import interop
+from interop.errors import ReplanLimitError
+
+U8, F32 = torch.uint8, torch.float32
+ROOT = Path(__file__).resolve().parents[2]
+TIMEOUT = 20
+
+
+def _finishes(work: Callable[[], Any], timeout: float = TIMEOUT) -> list[Any]:
+    """Run ``work`` in a thread; what it returned or raised (the test fails if it hangs)."""
+    out: list[Any] = []
+
+    def run() -> None:
+        try:
+            out.append(work())
+        except BaseException as err:
+            out.append(err)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(timeout)
+    assert not thread.is_alive(), f"{work} did not finish in {timeout} s: a deadlock"
+    return out
+
+
+# ----- torch modes: their handlers are user code, and none runs under the lock (item 4) -----
+
+
+class CallsTheManager(TorchFunctionMode):
+    """A mode whose handler uses the manager on every torch call it sees (once at a time)."""
+
+    def __init__(self, ws: interop.WorkspaceManager, use: Callable[[], Any]) -> None:
+        super().__init__()
+        self.ws, self.use, self.busy, self.calls = ws, use, False, 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if not self.busy:
+            self.busy = True
+            try:
+                self.use()
+                self.calls += 1
+            finally:
+                self.busy = False
+        return func(*args, **(kwargs or {}))
+
+
+class DispatchCallsTheManager(TorchDispatchMode):
+    def __init__(self, ws: interop.WorkspaceManager, use: Callable[[], Any]) -> None:
+        super().__init__()
+        self.ws, self.use, self.busy, self.calls = ws, use, False, 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if not self.busy:
+            self.busy = True
+            try:
+                self.use()
+                self.calls += 1
+            finally:
+                self.busy = False
+        return func(*args, **(kwargs or {}))
+
+
+MODES = [CallsTheManager, DispatchCallsTheManager]
+USES = {
+    "stats": lambda ws: ws.stats(),
+    "lock and unlock": lambda ws: (ws.lock(), ws.unlock()),
+    "another slot's scratch": lambda ws: _in_slot(ws, 1, lambda: ws.get_simultaneous(((8,), F32))),
+}
+
+
+def _in_slot(ws: interop.WorkspaceManager, ubatch: int, work: Callable[[], Any]) -> Any:
+    with interop.use_workspace_ubatch(ubatch):
+        return work()
+
+
+@pytest.mark.parametrize("mode", MODES, ids=lambda m: m.__name__)
+@pytest.mark.parametrize("use", list(USES))
+@pytest.mark.parametrize("grows", [False, True], ids=["fits", "grows"])
+def test_a_torch_modes_handler_may_call_the_manager(mode, use, grows):
+    ws = interop.WorkspaceManager("cpu", num_ubatches=2)
+    ws.get_simultaneous(((4096,), U8))
+    request = ((2048 if grows else 16, 4), F32) if grows else ((16, 4), F32)
+
+    def work() -> Any:
+        with mode(ws, lambda: USES[use](ws)) as active:
+            (view,) = ws.get_simultaneous(request)
+        return view, active.calls
+
+    ((view, calls),) = _finishes(work)
+    assert calls > 0, "the mode saw the manager's torch calls"
+    assert view.shape == request[0] and in_slot_buffer(ws, view)
+    assert not inconsistencies(ws)
+
+
+def test_a_handler_waiting_for_a_thread_that_calls_the_manager_is_not_blocked():
+    ws = interop.WorkspaceManager("cpu")
+    ws.get_simultaneous(((4096,), U8))
+
+    def helper_thread_call() -> None:  # the handler waits for this thread to finish
+        thread = threading.Thread(target=lambda: ws.get_simultaneous(((3000,), U8)))
+        thread.start()
+        thread.join(TIMEOUT)
+        assert not thread.is_alive()
+
+    def work() -> Any:
+        with CallsTheManager(ws, helper_thread_call):
+            return ws.get_simultaneous(((5000,), U8))
+
+    ((views,),) = _finishes(work)
+    assert in_slot_buffer(ws, views[0])
+
+
+def test_a_handler_that_grows_the_slot_on_every_call_gets_a_clear_error():
+    ws = interop.WorkspaceManager("cpu")
+    sizes = iter(range(1000, 10**6, 256))
+
+    def work() -> Any:
+        with CallsTheManager(ws, lambda: ws.get_simultaneous(((next(sizes),), U8))):
+            return ws.get_simultaneous(((100,), F32))
+
+    (outcome,) = _finishes(work)
+    if isinstance(outcome, BaseException):  # it may also win a round: then its views are good
+        assert isinstance(outcome, ReplanLimitError), outcome
+        assert "a torch mode's handler" in str(outcome) or "the manager" in str(outcome)
+    else:
+        assert in_slot_buffer(ws, outcome[0])
+    assert not inconsistencies(ws)
+
+
+# ----- a growth racing a memoisation (item 5) -----
+
+
+@contextlib.contextmanager
+def switch_interval(seconds: float) -> Iterator[None]:
+    previous = sys.getswitchinterval()
+    sys.setswitchinterval(seconds)
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(previous)
+
+
+def test_a_growth_racing_a_second_sighting_leaves_no_stale_memo():
+    """A request's second sighting (memoised) in one thread, a reservation that grows the
+    slot in another, at a 1 µs switch interval: afterwards, the request's views are of the
+    slot's current buffer, and nothing holds a retired one."""
+    request = ((64,), F32)
+    stale = []
+    with switch_interval(1e-6):
+        for round_ in range(300):
+            ws = interop.WorkspaceManager("cpu")
+            ws.get_simultaneous(request)  # first sighting
+            start = threading.Barrier(2)
+
+            def second_sighting(ws=ws, start=start) -> None:
+                start.wait()
+                ws.get_simultaneous(request)
+
+            def grow(ws=ws, start=start, size=4096 + round_) -> None:
+                start.wait()
+                ws.reserve(((size,), F32))
+
+            threads = [threading.Thread(target=f) for f in (second_sighting, grow)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(TIMEOUT)
+            (view,) = ws.get_simultaneous(request)
+            if not in_slot_buffer(ws, view):
+                stale.append(round_)
+            del view
+            if retired_of(ws).pinned():
+                stale.append(round_)
+    assert stale == []
+
+
+# ----- a fork while another thread holds the lock (item 6) -----
+
+FORK_SCRIPT = textwrap.dedent(
+    """
+    import os, sys, threading, time
+    import torch
+    import interop
+    from interop._workspace._memo import Memos
+
+    ws = interop.WorkspaceManager("cpu")
+    ws.get_simultaneous(((64,), torch.float32))
+    parked, release = threading.Event(), threading.Event()
+    real_retire = Memos.retire
+
+    def retire(self, index):  # called under the mutex during a growth: park there
+        parked.set()
+        release.wait(30)
+        real_retire(self, index)
+
+    Memos.retire = retire
+    grower = threading.Thread(target=lambda: ws.get_simultaneous(((1 << 16,), torch.uint8)))
+    grower.start()
+    assert parked.wait(30), "the grower never reached the locked section"
+    pid = os.fork()
+    if pid == 0:  # the child: its first calls that need the lock must not hang
+        Memos.retire = real_retire
+        ws.lock()
+        ws.unlock()
+        (view,) = ws.get_simultaneous(((1 << 17,), torch.uint8))
+        ok = view.numel() == 1 << 17 and ws.state.capacity((0, 0)) == 1 << 17
+        os._exit(0 if ok else 3)
+    release.set()
+    grower.join(30)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            print("child", os.waitstatus_to_exitcode(status))
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(pid, 9)
+        print("child hung")
+    """
+)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="POSIX fork")
+def test_a_fork_while_another_thread_holds_the_lock_gives_the_child_a_working_manager():
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu"}
+    done = subprocess.run(
+        [sys.executable, "-W", "ignore", "-c", FORK_SCRIPT],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "child 0", done.stdout + done.stderr[-2000:]
+
+
+# ----- user code that changes the workspace every time it runs (items 7 and 11) -----
+
+
+class GrowingKey:
+    """A retained key whose ``__hash__`` or ``__eq__`` grows a slot each time it runs."""
+
+    def __init__(self, ws: interop.WorkspaceManager, grows: str, ubatch: int) -> None:
+        self.ws, self.grows, self.ubatch, self.runs, self.size = ws, grows, ubatch, 0, 4096
+
+    def _grow(self) -> None:
+        self.runs += 1
+        self.size += 256
+        with interop.use_workspace_ubatch(self.ubatch):
+            self.ws.get_simultaneous(((self.size,), U8))
+
+    def __hash__(self) -> int:
+        if self.grows == "__hash__":
+            self._grow()
+        return 7
+
+    def __eq__(self, other: object) -> bool:
+        if self.grows == "__eq__":
+            self._grow()
+        return isinstance(other, GrowingKey)
+
+
+def test_a_key_whose_hash_grows_its_own_slot_every_time_gets_a_clear_error():
+    ws = interop.WorkspaceManager("cpu")
+    ws.get_simultaneous(((1024,), U8))
+    key = GrowingKey(ws, "__hash__", ubatch=0)
+    (outcome,) = _finishes(lambda: ws.get_retained(key, (64,), F32))
+    assert isinstance(outcome, ReplanLimitError), outcome
+    assert "GrowingKey" in str(outcome) and "__hash__" in str(outcome)
+    assert key.runs < 100, f"the key's code ran {key.runs} times"
+    assert not inconsistencies(ws)
+    (view,) = ws.get_simultaneous(((64,), F32))  # the manager works on
+    assert in_slot_buffer(ws, view)
+
+
+def test_a_key_whose_eq_grows_another_slot_is_served_as_the_original_serves_it():
+    """The original compares the key once; here the other slot's growth does not make the
+    call plan again (calls in different slots are merged), so its ``__eq__`` runs a few
+    times, not forever."""
+    ws = interop.WorkspaceManager("cpu", num_ubatches=2)
+    ws.get_simultaneous(((1024,), U8))
+    first, second = GrowingKey(ws, "__eq__", 1), GrowingKey(ws, "", 1)
+    ws.get_retained(first, (64,), F32)  # seen once; an equal key compares with it next
+    ((view, intact),) = _finishes(lambda: ws.get_retained(second, (64,), F32))
+    assert intact and in_slot_buffer(ws, view)
+    assert 1 <= first.runs <= 4, first.runs
+    assert not inconsistencies(ws)
+
+
+@pytest.mark.parametrize("sightings", [1, 2], ids=["seen-once", "memoised"])
+def test_a_key_whose_eq_grows_its_own_slot_leaves_nothing_pinned(sightings):
+    """Memoised, the key's ``__eq__`` runs in the memo's own lookup, on the hot path."""
+    ws = interop.WorkspaceManager("cpu")
+    ws.get_simultaneous(((1024,), U8))
+    first, second = GrowingKey(ws, "__eq__", 0), GrowingKey(ws, "", 0)
+    first.size = 1000
+    for _ in range(sightings):
+        ws.get_retained(first, (64,), F32)
+    outcome = _finishes(lambda: ws.get_retained(second, (64,), F32))
+    if not isinstance(outcome[0], BaseException):
+        view, _ = outcome[0]
+        assert in_slot_buffer(ws, view)
+        del view
+    del outcome
+    assert sum(s.pinned_bytes for s in ws.stats().slots) == 0
+    assert not inconsistencies(ws)
+
+
+def test_a_context_that_locks_the_manager_on_entry_does_not_strand_the_slot():
+    """The original checks the lock before it releases anything; a pool that locks the
+    manager when entered still gets its growth, and the slot works on, locked."""
+    holder: list[interop.WorkspaceManager] = []
+
+    @contextlib.contextmanager
+    def locking_pool() -> Iterator[None]:
+        holder[0].lock()
+        yield
+
+    ws = interop.WorkspaceManager("cpu", alloc_context=locking_pool)
+    holder.append(ws)
+    (view,) = ws.get_simultaneous(((1000,), U8))
+    assert ws.is_locked() and ws.state.capacity((0, 0)) == 1024
+    assert in_slot_buffer(ws, view)
+    (again,) = ws.get_simultaneous(((512,), U8))  # locked, what fits is served
+    assert in_slot_buffer(ws, again) and not inconsistencies(ws)
+
+
+# ----- try_get_simultaneous returns None only for its own lock (item 8) -----
+
+
+@pytest.mark.parametrize("where", ["alloc_context", "allocator"])
+def test_try_get_simultaneous_raises_another_managers_lock_refusal(where):
+    other = interop.WorkspaceManager("cpu")
+    other.lock()
+
+    @contextlib.contextmanager
+    def context() -> Iterator[None]:
+        other.get_simultaneous(((64,), U8))  # refused: other is locked
+        yield
+
+    def allocator(nbytes: int, device: torch.device) -> torch.Tensor:
+        other.get_simultaneous(((64,), U8))
+        return torch.empty(nbytes, dtype=U8, device=device)
+
+    kwargs = {"alloc_context": context} if where == "alloc_context" else {"allocator": allocator}
+    ws = interop.WorkspaceManager("cpu", **kwargs)
+    with pytest.raises(interop.WorkspaceLockedError) as refused:
+        ws.try_get_simultaneous(((128,), U8))
+    assert refused.value.refused_by is other._engine
+    assert not ws.is_locked() and not inconsistencies(ws)
+    ws.lock()
+    assert ws.try_get_simultaneous(((1 << 20,), U8)) is None  # its own refusal: None
