@@ -399,3 +399,19 @@ def test_the_kit_uses_only_the_public_api():
         for module, deps in _area_imports("testing", top_level=False).items()
     }
     assert not {m: deps for m, deps in internals.items() if deps}
+
+
+def test_every_lock_of_the_shell_is_renewed_after_a_fork():
+    """A module that makes a ``threading.Lock`` registers it with ``interop/_locks.py``, so a
+    fork while another thread holds it does not hang the child."""
+    for path in SHELL.rglob("*.py"):
+        source = path.read_text(encoding="utf-8")
+        tree = ast.parse(source)
+        makes = [
+            node
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Call)
+            and _dotted(node.func) in (["threading", "Lock"], ["threading", "RLock"])
+        ]
+        if makes and path.name != "_locks.py":
+            assert "renew_after_fork(" in source, f"{path.relative_to(ROOT)} makes a lock"
