@@ -53,6 +53,20 @@ VLLM_0_33_0 = Sdist(
     },
 )
 
+#: 0.34.0 added ``get_retained`` and ``_VIEW_ALIGNMENT`` to the workspace module, and six
+#: ``get_retained`` cases to its test file (the lane-count test lost a parametrisation).
+VLLM_0_34_0 = Sdist(
+    name="vllm-0.34.0",
+    url="https://files.pythonhosted.org/packages/92/21/"
+    "6e0b077dc4a0b28f5a8ce8bb352a38d7196650d681fd4faa87f8dc622eff/vllm-0.34.0.tar.gz",
+    sha256="fcad848b246a9d8652b47e6425af92334dc02492f9802720f54e27b823cf0113",
+    members={
+        "tests/v1/worker/test_workspace.py": (
+            "beefc2f7ede90b2e8f5830e370de478c6e691c33ff7205ca22399fd8bc7b1132"
+        )
+    },
+)
+
 #: The workspace module's path, in the spellings a test can import or patch it by.
 _DOTTED = re.compile(r"\bvllm\.v1\.worker\.workspace\b")
 _FROM_PACKAGE = re.compile(r"^(\s*)from vllm\.v1\.worker import workspace\b", re.M)
