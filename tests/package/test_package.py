@@ -48,6 +48,7 @@ INTEROP_ERRORS_NAMES = {
     "InvalidSpecError", "JaxAlreadyStartedError", "JaxPreallocationWarning", "JaxSettingError",
     "LaneNotConfiguredError", "LazyViewError", "MisalignedViewError", "NegativeBitError",
     "NotInitializedError", "PersistentKeyLockedError", "PersistentMismatchError",
+    "ReadOnlyAttributeError",
     "ShardedArrayError", "StreamDeviceError", "StreamTypeError", "UbatchNotConfiguredError",
     "UnknownAllocatorError", "UnknownDeviceError", "UnsupportedDtypeError",
     "UnsupportedLayoutError", "UnsupportedPytreeError", "WorkspaceError",
