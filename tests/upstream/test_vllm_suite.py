@@ -12,6 +12,10 @@ method 0.34.0 upstreamed) and runs three lane-count cases where 0.33.0's ran fou
 """
 
 import dataclasses
+import hashlib
+import io
+import os
+import tarfile
 
 import pytest
 from support.vllm_sdist import (
@@ -171,7 +175,7 @@ def test_a_local_copy_with_another_sha256_fails(empty_cache, monkeypatch):
     fake = empty_cache / "elsewhere.tar.gz"
     fake.write_bytes(b"not the release")
     monkeypatch.setenv("FUNCTIONAL_WS_VLLM_SDIST", str(fake))
-    with pytest.raises(pytest.fail.Exception, match=f"expected {VLLM_0_33_0.sha256}"):
+    with pytest.raises(pytest.fail.Exception, match=f"expected sha256 {VLLM_0_33_0.sha256}"):
         sdist_member(VLLM_0_33_0, TEST_FILE)
 
 
@@ -182,3 +186,33 @@ def test_a_cached_member_with_another_sha256_is_not_used(empty_cache):
     # It is read from the archive again: here the archive cannot be had, so the call fails.
     with pytest.raises(pytest.fail.Exception, match="could not download"):
         sdist_member(UNREACHABLE, TEST_FILE)
+
+
+def _fake_sdist(folder, name: str, text: str) -> Sdist:
+    """A small sdist ``name`` holding ``TEST_FILE`` with ``text``, written in ``folder``."""
+    data = text.encode()
+    archive = folder / f"{name}.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        info = tarfile.TarInfo(f"{name}/{TEST_FILE}")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    return Sdist(
+        name=name,
+        url=f"http://127.0.0.1:9/{name}.tar.gz",  # never reached: the local copy serves
+        sha256=hashlib.sha256(archive.read_bytes()).hexdigest(),
+        members={TEST_FILE: hashlib.sha256(data).hexdigest()},
+    )
+
+
+def test_each_release_takes_its_own_local_copy_among_several(empty_cache, monkeypatch):
+    copies = empty_cache / "copies"
+    copies.mkdir()
+    old, new = _fake_sdist(copies, "old", "# old\n"), _fake_sdist(copies, "new", "# new\n")
+    paths = [str(copies / "new.tar.gz"), str(copies / "old.tar.gz")]
+    monkeypatch.setenv("FUNCTIONAL_WS_VLLM_SDIST", os.pathsep.join(paths))
+    assert sdist_member(old, TEST_FILE) == "# old\n"
+    assert sdist_member(new, TEST_FILE) == "# new\n"
+    monkeypatch.setenv("FUNCTIONAL_WS_VLLM_SDIST", paths[0])  # only the new one
+    (empty_cache / "old").rename(empty_cache / "old-extracted")  # forget the cached member
+    with pytest.raises(pytest.fail.Exception, match=r"holds no old sdist: expected sha256"):
+        sdist_member(old, TEST_FILE)
