@@ -62,6 +62,7 @@ OTHER_BASES = {
     interop.errors.GrowthDuringCaptureError: RuntimeError,
     interop.errors.NotInitializedError: AssertionError,
     interop.errors.PersistentMismatchError: ValueError,
+    interop.errors.ReadOnlyAttributeError: AttributeError,
 }
 # Precise classes under the public ones callers already catch.
 PARENTS = {
