@@ -25,6 +25,7 @@ from ._context import use_workspace_lane as use_workspace_lane
 from ._context import use_workspace_ubatch as use_workspace_ubatch
 from ._context import use_workspace_ubatch_id as use_workspace_ubatch_id
 from ._errors import HandoffError as HandoffError
+from ._module_api import _VIEW_ALIGNMENT as _VIEW_ALIGNMENT
 from ._module_api import current_workspace_manager as current_workspace_manager
 from ._module_api import init_workspace_manager as init_workspace_manager
 from ._module_api import is_workspace_manager_initialized as is_workspace_manager_initialized

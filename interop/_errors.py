@@ -304,6 +304,13 @@ class PersistentMismatchError(WorkspaceError, ValueError):
     reason: ClassVar[str] = "persistent-mismatch"
 
 
+class ReadOnlyAttributeError(WorkspaceError, AttributeError):
+    """A module constant the original lets callers rebind (``interop._VIEW_ALIGNMENT``) was
+    set or deleted: here it would change nothing, so the change is refused instead."""
+
+    reason: ClassVar[str] = "read-only"
+
+
 #: Every class above, as :mod:`interop` exports it.
 PUBLIC_ERRORS: tuple[type[Exception], ...] = (
     HandoffError, ZeroCopyError, UnsupportedLayoutError, MisalignedViewError,
@@ -317,7 +324,7 @@ PUBLIC_ERRORS: tuple[type[Exception], ...] = (
     AllocationSizeError, AllocationDeviceError, AllocationLayoutError,
     AllocationNegativeBitError, AllocationOverlapError,
     UnknownDeviceError, DeviceUnavailableError, GrowthDuringCaptureError, ReplanLimitError,
-    NotInitializedError, PersistentMismatchError,
+    NotInitializedError, PersistentMismatchError, ReadOnlyAttributeError,
 )  # fmt: skip
 
 for _error in PUBLIC_ERRORS:  # tracebacks print the public path, interop.errors.LazyViewError

@@ -4,7 +4,8 @@ As in vLLM's workspace module, the manager is the package's attribute ``interop.
 and every function here reads it when called, so a test that does
 ``monkeypatch.setattr(interop, "_manager", m)`` reaches ``m`` through all of them. The
 package's class (:class:`WorkspaceModule`) also tells the slot selection when
-``interop.dbo_current_ubatch_id`` is replaced (``_context.py``).
+``interop.dbo_current_ubatch_id`` is replaced (``_context.py``), and keeps
+``interop._VIEW_ALIGNMENT`` (upstream's module constant) from being rebound.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import sys
 import types
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
-from typing import Any
+from typing import Any, Final
 
 import torch
 
@@ -21,24 +22,59 @@ import functional_ws as fws
 
 from . import _context
 from ._diagnostics import logger
-from ._errors import NotInitializedError
+from ._errors import NotInitializedError, ReadOnlyAttributeError
 from ._workspace._allocators import AllocatorArg
 from ._workspace._facade import WorkspaceManager
 
 #: The ``interop`` package, whose ``_manager`` attribute is the process-wide manager.
 _PACKAGE = sys.modules[__name__.rpartition(".")[0]]
 
+#: vLLM's module constant (``vllm.v1.worker.workspace._VIEW_ALIGNMENT``, since 0.34.0): the
+#: byte alignment of every view's offset in its buffer, 256 as ``cudaMalloc`` guarantees.
+#: Upstream reads it at each request, so rebinding it there changes every manager's layout
+#: at once. Here each manager's alignment is its own, fixed when it is made
+#: (``WorkspaceManager(alignment=...)``, whose default is this value): rebinding the
+#: constant could change nothing, so ``interop._VIEW_ALIGNMENT = n`` (and ``del``) raises
+#: :class:`~interop.errors.ReadOnlyAttributeError` instead of being ignored.
+_VIEW_ALIGNMENT: Final = 256
+
+#: The package's attributes that :class:`WorkspaceModule` refuses to rebind or delete.
+_READ_ONLY = frozenset({"_VIEW_ALIGNMENT"})
+
+
+def _refuse_rebinding(name: str, change: str) -> ReadOnlyAttributeError:
+    return ReadOnlyAttributeError(
+        f"interop.{name} is read-only ({getattr(_PACKAGE, name)!r}): each manager's view "
+        f"alignment is fixed when it is made, so {change} would change nothing. Pass "
+        "WorkspaceManager(..., alignment=n) for another alignment."
+    )
+
 
 class WorkspaceModule(types.ModuleType):
     """The ``interop`` package's class: setting ``dbo_current_ubatch_id`` on it (as vLLM's
-    tests patch their workspace module) changes how the ubatch is chosen at once."""
+    tests patch their workspace module) changes how the ubatch is chosen at once, and
+    ``_VIEW_ALIGNMENT`` cannot be set or deleted.
+
+    Example:
+        >>> import interop
+        >>> interop._VIEW_ALIGNMENT
+        256
+        >>> interop._VIEW_ALIGNMENT = 512
+        Traceback (most recent call last):
+        ...
+        interop.errors.ReadOnlyAttributeError: interop._VIEW_ALIGNMENT is read-only (256): ...
+    """
 
     def __setattr__(self, name: str, value: Any) -> None:
+        if name in _READ_ONLY:
+            raise _refuse_rebinding(name, f"setting it to {value!r}")
         super().__setattr__(name, value)
         if name == "dbo_current_ubatch_id":
             _context.ubatch_function_replaced(value)
 
     def __delattr__(self, name: str) -> None:
+        if name in _READ_ONLY:
+            raise _refuse_rebinding(name, "deleting it")
         super().__delattr__(name)
         if name == "dbo_current_ubatch_id":
             _context.ubatch_function_replaced(None)

@@ -57,6 +57,7 @@ from ._errors import MisalignedViewError as MisalignedViewError
 from ._errors import NegativeBitError as NegativeBitError
 from ._errors import NotInitializedError as NotInitializedError
 from ._errors import PersistentMismatchError as PersistentMismatchError
+from ._errors import ReadOnlyAttributeError as ReadOnlyAttributeError
 from ._errors import ReplanLimitError as ReplanLimitError
 from ._errors import ShardedArrayError as ShardedArrayError
 from ._errors import StreamDeviceError as StreamDeviceError
@@ -105,6 +106,7 @@ __all__ = [
     "NotInitializedError",
     "PersistentKeyLockedError",
     "PersistentMismatchError",
+    "ReadOnlyAttributeError",
     "ReplanLimitError",
     "ShardedArrayError",
     "StreamDeviceError",

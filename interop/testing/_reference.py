@@ -1,12 +1,13 @@
 """The original ``WorkspaceManager``'s algorithm, step by step: the baseline of every benchmark.
 
 :class:`ReferenceWorkspaceManager` takes the steps of vLLM's ``WorkspaceManager`` (the seed,
-``vllm/v1/worker/workspace.py``) call for call, so that what it costs is what the original
-costs and what it returns is what the original returned; it adds upstream's later
-``reserve`` and ``try_get_simultaneous`` (vllm-project/vllm commit bf94fe2) as that commit
-wrote them. It is what our façade is measured against and what the kit's tests treat as
-the original. It is not a manager to use: it keeps the original's faults (relative
-alignment only, a ``TypeError`` for a zero-byte request to a slot that never grew).
+which is vLLM 0.34.0's ``vllm/v1/worker/workspace.py``) call for call, so that what it costs
+is what the original costs and what it returns is what the original returned; it adds
+upstream's later ``reserve`` and ``try_get_simultaneous`` (vllm-project/vllm commit bf94fe2)
+as that commit wrote them. It is what our façade is measured against and what the kit's
+tests treat as the original. It is not a manager to use: it keeps the original's faults
+(relative alignment only; a zero-byte request to a slot that never grew raises ``TypeError``
+from ``get_simultaneous`` and ``AttributeError`` from ``get_retained``).
 """
 
 from __future__ import annotations

@@ -140,6 +140,12 @@ def test_a_zero_byte_request_to_a_slot_that_never_grew_fails_as_the_original():
         _manager().get_simultaneous(((0,), F32))
 
 
+def test_a_zero_byte_retained_span_on_a_slot_that_never_grew_fails_as_vllm_0_34_0():
+    """vLLM 0.34.0's ``get_retained`` asks the missing buffer for its size."""
+    with pytest.raises(AttributeError, match="'NoneType' object has no attribute 'numel'"):
+        _manager().get_retained("kv", (0,), F32)
+
+
 def test_retained_span_is_the_buffer_tail_and_intact_only_while_untouched():
     ws = _manager()
     ws.get_simultaneous(((1000,), U8))  # capacity 1024

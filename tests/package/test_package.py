@@ -48,7 +48,7 @@ INTEROP_ERRORS_NAMES = {
     "InvalidSpecError", "JaxAlreadyStartedError", "JaxPreallocationWarning", "JaxSettingError",
     "LaneNotConfiguredError", "LazyViewError", "MisalignedViewError", "NegativeBitError",
     "NotInitializedError", "PersistentKeyLockedError", "PersistentMismatchError",
-    "ReplanLimitError",
+    "ReadOnlyAttributeError", "ReplanLimitError",
     "ShardedArrayError", "StreamDeviceError", "StreamTypeError", "UbatchNotConfiguredError",
     "UnknownAllocatorError", "UnknownDeviceError", "UnsupportedDtypeError",
     "UnsupportedLayoutError", "UnsupportedPytreeError", "WorkspaceError",

@@ -63,6 +63,7 @@ OTHER_BASES = {
     interop.errors.ReplanLimitError: RuntimeError,
     interop.errors.NotInitializedError: AssertionError,
     interop.errors.PersistentMismatchError: ValueError,
+    interop.errors.ReadOnlyAttributeError: AttributeError,
 }
 # Precise classes under the public ones callers already catch.
 PARENTS = {

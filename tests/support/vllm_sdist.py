@@ -6,10 +6,11 @@ downloaded once, its sha256 checked, and kept in an ignored folder (``.venv/cach
 extracting anything else), the workspace module's path is rewritten to ``interop`` and
 nothing else, and the result runs under pytest in a fresh interpreter.
 
-Without network: point ``FUNCTIONAL_WS_VLLM_SDIST`` at a copy of the sdist (checked the same
-way). ``FUNCTIONAL_WS_OFFLINE=1`` turns a failed download into a skip; without it, a failed
-download fails the test, because a compatibility suite that skips itself quietly is a test
-that cannot fail.
+Without network: point ``FUNCTIONAL_WS_VLLM_SDIST`` at copies of the sdists (one path, or
+several separated by ``os.pathsep``); each release takes the one with its sha256, and fails
+if none has it. ``FUNCTIONAL_WS_OFFLINE=1`` turns a failed download into a skip; without
+it, a failed download fails the test, because a compatibility suite that skips itself
+quietly is a test that cannot fail.
 """
 
 from __future__ import annotations
@@ -49,7 +50,27 @@ VLLM_0_33_0 = Sdist(
     members={
         "tests/v1/worker/test_workspace.py": (
             "f47f29c07234bfb363033738937df40790621e1845209a678a857809eae90327"
-        )
+        ),
+        "vllm/v1/worker/workspace.py": (
+            "bcf9ea207279c38a476be4ca74137a9d3a973f1fd97d85639a383357f881eb06"
+        ),
+    },
+)
+
+#: 0.34.0 added ``get_retained`` and ``_VIEW_ALIGNMENT`` to the workspace module, and six
+#: ``get_retained`` cases to its test file (the lane-count test lost a parametrisation).
+VLLM_0_34_0 = Sdist(
+    name="vllm-0.34.0",
+    url="https://files.pythonhosted.org/packages/92/21/"
+    "6e0b077dc4a0b28f5a8ce8bb352a38d7196650d681fd4faa87f8dc622eff/vllm-0.34.0.tar.gz",
+    sha256="fcad848b246a9d8652b47e6425af92334dc02492f9802720f54e27b823cf0113",
+    members={
+        "tests/v1/worker/test_workspace.py": (
+            "beefc2f7ede90b2e8f5830e370de478c6e691c33ff7205ca22399fd8bc7b1132"
+        ),
+        "vllm/v1/worker/workspace.py": (
+            "ab0702dd0384370929362b954b30d64a44edb9521c498a7c0cb5eff46e22b197"
+        ),
     },
 )
 
@@ -99,7 +120,18 @@ def _archive(sdist: Sdist) -> bytes:
     """The sdist's bytes: from ``FUNCTIONAL_WS_VLLM_SDIST``, the cache, or PyPI."""
     given = os.environ.get("FUNCTIONAL_WS_VLLM_SDIST")
     if given:
-        return _checked(Path(given).read_bytes(), sdist.sha256, f"FUNCTIONAL_WS_VLLM_SDIST={given}")
+        found = []
+        for path in filter(None, given.split(os.pathsep)):
+            data = Path(path).read_bytes()
+            if _sha256(data) == sdist.sha256:
+                return data
+            found.append(f"{path} has {_sha256(data)}")
+        pytest.fail(
+            f"FUNCTIONAL_WS_VLLM_SDIST={given} holds no {sdist.name} sdist: expected sha256 "
+            f"{sdist.sha256}, but {'; '.join(found) or 'it names no file'}. Add that "
+            f"release's sdist ({sdist.url}), paths separated by {os.pathsep!r}.",
+            pytrace=False,
+        )
     cached = _cache_dir() / f"{sdist.name}.tar.gz"
     if cached.exists():
         return _checked(cached.read_bytes(), sdist.sha256, str(cached))
@@ -109,8 +141,8 @@ def _archive(sdist: Sdist) -> bytes:
     except OSError as err:
         advice = (
             f"could not download {sdist.url} ({err}). vLLM's own tests come from its "
-            "release on PyPI; download that file and set FUNCTIONAL_WS_VLLM_SDIST to its "
-            "path, or set FUNCTIONAL_WS_OFFLINE=1 to skip these tests."
+            "release on PyPI; download that file and add its path to "
+            "FUNCTIONAL_WS_VLLM_SDIST, or set FUNCTIONAL_WS_OFFLINE=1 to skip these tests."
         )
         if os.environ.get("FUNCTIONAL_WS_OFFLINE") == "1":
             pytest.skip(f"FUNCTIONAL_WS_OFFLINE=1: {advice}")

@@ -1,7 +1,8 @@
-"""Upstream's words: every message a vLLM 0.33.0 caller can see, against ours.
+"""Upstream's words: every message a vLLM 0.33.0 or 0.34.0 caller can see, against ours.
 
 Each row triggers one message (an exception, or a record of the workspace's logger) and
-states vLLM 0.33.0's exact text for it (``vllm/v1/worker/workspace.py``), with the builtin
+states vLLM 0.33.0's exact text for it (``vllm/v1/worker/workspace.py``; 0.34.0 changed
+none and added none: its ``get_retained`` raises the growth check's), with the builtin
 type or the log level upstream uses. Ours must be of that type or level, and its text must
 be upstream's, whole, with anything we add after it as a new sentence: log filters and
 ``pytest.raises(match=...)`` written against vLLM keep matching. ``<caller>`` stands for the

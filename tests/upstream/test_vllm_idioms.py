@@ -1,12 +1,13 @@
 """How vLLM's other tests reach the workspace: by patching the module's ``_manager``.
 
-vLLM 0.33.0's ``tests/model_executor/model_loader/test_reload.py`` (Marlin's locks) and
-``tests/kernels/moe/test_moe_permute_unpermute.py`` (MoE permute scratch) build a manager
-and ``monkeypatch.setattr(workspace, "_manager", manager)``, or patch it to ``None`` to test
-the path without one; the MoE test also patches ``dbo_current_ubatch_id``. The code under
-test then calls the module-level functions, which must read ``_manager`` when called. The
-call sites below are written the way those kernels use the workspace, in our own words:
-one imports the functions when it runs, the other at module level.
+vLLM's ``tests/model_executor/model_loader/test_reload.py`` (Marlin's locks) and
+``tests/kernels/moe/test_moe_permute_unpermute.py`` (MoE permute scratch), in 0.33.0 as in
+0.34.0, build a manager and ``monkeypatch.setattr(workspace, "_manager", manager)``, or
+patch it to ``None`` to test the path without one; the MoE test also patches
+``dbo_current_ubatch_id``. The code under test then calls the module-level functions, which
+must read ``_manager`` when called. The call sites below are written the way those kernels
+use the workspace, in our own words: one imports the functions when it runs, the other at
+module level.
 """
 
 import logging

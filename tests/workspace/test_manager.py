@@ -13,6 +13,7 @@ import pytest
 import torch
 from conftest import TEST_DEVICE as DEVICE
 from support.helpers import manager
+from support.managers import OriginalAlgorithmManager
 from support.seams import allocator_of, base_of, slot_buffer
 
 import interop
@@ -297,6 +298,54 @@ def test_retained_span_lies_at_the_end_and_reports_intact_as_the_original():
     assert not ws.get_retained("kv", (25,), F32)[1]
     ws.get_simultaneous(((5000,), U8))  # reallocation
     assert not ws.get_retained("kv", (25,), F32)[1]
+
+
+#: A script of requests to one slot, zero-byte retained spans among them: (call, args).
+ZERO_BYTE_SCRIPT = (
+    ("retain", ("kv", (0, 4), F32)),  # the slot has no buffer yet
+    ("retain", ("kv", (0, 4), F32)),  # the same key at the same offset (0): intact
+    ("retain", ("kv", (0,), BF16)),  # zero bytes again, another spelling: same span
+    ("retain", ("other", (0,), F32)),  # another key takes the span over
+    ("retain", ("kv", (0,), F32)),
+    ("acquire", ((0,), U8)),  # zero bytes reach nothing
+    ("retain", ("kv", (0,), F32)),
+    ("acquire", ((8,), U8)),  # grows: the span is dropped
+    ("retain", ("kv", (0,), F32)),  # now at the end of a 256-byte buffer
+    ("acquire", ((256,), U8)),  # up to the span, not past it
+    ("retain", ("kv", (0,), F32)),
+    ("retain", ("kv", (16,), U8)),  # bytes now: starts at 0, a new span
+)
+
+
+def test_a_zero_byte_retained_span_on_a_slot_without_a_buffer_is_an_empty_view():
+    """vLLM 0.34.0 asks the missing buffer for its size (``AttributeError``); served here as
+    ``get_simultaneous`` serves zero bytes: an empty view of the request's shape and dtype
+    on the device, and no buffer allocated. ``intact`` follows the original's rule for any
+    span (same key and start, nothing since reached into it, no growth), the span of a
+    slot without a buffer starting at 0: the flags equal the original's algorithm's
+    (:class:`OriginalAlgorithmManager`, which serves that request the same way)."""
+    ws = manager(num_ubatches=2)
+    view, intact = ws.get_retained("kv", (0, 4), F32)
+    assert view.shape == (0, 4) and view.dtype == F32 and view.device.type == DEVICE.type
+    assert not intact and slot_buffer(ws) is None and ws.state.capacity((0, 0)) == 0
+    ws.lock()  # zero bytes need no growth: served while locked too, in the other slot
+    with use_workspace_ubatch(1):
+        view, intact = ws.get_retained("kv", (0,), BF16)
+        assert view.shape == (0,) and view.dtype == BF16 and not intact
+        assert ws.get_retained("kv", (0,), BF16)[1] and slot_buffer(ws, (1, 0)) is None
+
+
+def test_zero_byte_retained_spans_report_intact_as_the_original():
+    ws, original = manager(), OriginalAlgorithmManager()
+    ours, theirs = [], []
+    for call, args in ZERO_BYTE_SCRIPT:
+        if call == "acquire":
+            ws.get_simultaneous(args)
+            original.get_simultaneous(args)
+        else:
+            ours.append(ws.get_retained(*args)[1])
+            theirs.append(original.get_retained(*args)[1])
+    assert ours == theirs == [False, True, True, False, False, True, False, True, False]
 
 
 # ----- persistent resources -----

@@ -1,11 +1,13 @@
 """The original's module-level singleton functions, and the pinned public names of the façade."""
 
+import inspect
 import logging
 
 import pytest
 import torch
 from conftest import TEST_DEVICE as DEVICE
 
+import functional_ws as fws
 import interop
 from interop import (
     current_workspace_manager,
@@ -15,7 +17,7 @@ from interop import (
     reset_workspace_manager,
     unlock_workspace,
 )
-from interop.errors import NotInitializedError
+from interop.errors import NotInitializedError, ReadOnlyAttributeError
 
 FACADE_NAMES = {
     "GrowthDuringCaptureError", "InvalidSlotError", "InvalidSpecError",
@@ -89,3 +91,42 @@ def test_init_passes_alloc_context_through():
     init_workspace_manager(DEVICE, alloc_context=Pool)
     current_workspace_manager().get_simultaneous(((8,), torch.uint8))
     assert entered == [True]
+
+
+# ----- upstream's module constant (vLLM 0.34.0's _VIEW_ALIGNMENT) -----
+
+
+def test_view_alignment_is_upstreams_constant_and_every_defaults_alignment():
+    assert interop._VIEW_ALIGNMENT == 256
+    default = inspect.signature(interop.WorkspaceManager).parameters["alignment"].default
+    assert default == fws.initial_state().alignment == interop._VIEW_ALIGNMENT
+    ws = interop.WorkspaceManager(DEVICE)
+    first, second = ws.get_simultaneous(((1,), torch.uint8), ((1,), torch.uint8))
+    assert second.data_ptr() - first.data_ptr() == interop._VIEW_ALIGNMENT
+    assert ws.state.alignment == interop._VIEW_ALIGNMENT
+
+
+REBINDINGS = {
+    "set": (lambda: setattr(interop, "_VIEW_ALIGNMENT", 512), "setting it to 512"),
+    "set-same": (lambda: setattr(interop, "_VIEW_ALIGNMENT", 256), "setting it to 256"),
+    "delete": (lambda: delattr(interop, "_VIEW_ALIGNMENT"), "deleting it"),
+}
+
+
+@pytest.mark.parametrize(("rebind", "change"), REBINDINGS.values(), ids=REBINDINGS)
+def test_view_alignment_cannot_be_rebound_since_it_would_change_nothing(rebind, change):
+    """Upstream reads it at each request; a manager here keeps the alignment it was made
+    with, so a rebinding that changed nothing would be a silent wrong answer: refused."""
+    with pytest.raises(ReadOnlyAttributeError, match=change) as info:
+        rebind()
+    assert isinstance(info.value, AttributeError)
+    assert "interop._VIEW_ALIGNMENT is read-only (256)" in str(info.value)
+    assert "alignment=n" in str(info.value)
+    assert interop._VIEW_ALIGNMENT == 256 and interop.__dict__["_VIEW_ALIGNMENT"] == 256
+
+
+def test_view_alignment_refuses_monkeypatch_and_other_attributes_still_set(monkeypatch):
+    with pytest.raises(AttributeError, match="read-only"):
+        monkeypatch.setattr(interop, "_VIEW_ALIGNMENT", 512)
+    monkeypatch.setattr(interop, "_manager", None)  # vLLM's tests patch this one: allowed
+    assert interop._manager is None
