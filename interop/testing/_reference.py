@@ -2,12 +2,13 @@
 
 :class:`ReferenceWorkspaceManager` takes the steps of vLLM's ``WorkspaceManager`` (the seed,
 which is vLLM 0.34.0's ``vllm/v1/worker/workspace.py``) call for call, so that what it costs
-is what the original costs and what it returns is what the original returned; it adds
-upstream's later ``reserve`` and ``try_get_simultaneous`` (vllm-project/vllm commit bf94fe2)
-as that commit wrote them. It is what our façade is measured against and what the kit's
-tests treat as the original. It is not a manager to use: it keeps the original's faults
-(relative alignment only; a zero-byte request to a slot that never grew raises ``TypeError``
-from ``get_simultaneous`` and ``AttributeError`` from ``get_retained``).
+is what the original costs and what it returns is what the original returned; it adds the
+``reserve`` and ``try_get_simultaneous`` that vLLM PR #42551 proposed (commit bf94fe2,
+closed without merging: no release has them), as that commit wrote them. It is what our
+façade is measured against and what the kit's tests treat as the original. It is not a
+manager to use: it keeps the original's faults (relative alignment only; a zero-byte request
+to a slot that never grew raises ``TypeError`` from ``get_simultaneous`` and
+``AttributeError`` from ``get_retained``).
 """
 
 from __future__ import annotations
@@ -110,11 +111,11 @@ class ReferenceWorkspaceManager:
     bytes needed, in the original's order: drop the old buffer (and the slot's retained
     span), empty the accelerator cache, allocate inside ``alloc_context()``. Locked, growth
     and new persistent keys raise ``AssertionError`` with the original's messages.
-    ``reserve`` and ``try_get_simultaneous`` are upstream's (commit bf94fe2). The slot
-    buffers are ``_current_workspaces``, as in the original (vLLM's tests read it), ``None``
-    where a slot never grew.
+    ``reserve`` and ``try_get_simultaneous`` are PR #42551's (commit bf94fe2, not merged).
+    The slot buffers are ``_current_workspaces``, as in the original (vLLM's tests read it),
+    ``None`` where a slot never grew.
 
-    Deliberate differences from the seed and from upstream's commit:
+    Deliberate differences from the seed and from that PR's commit:
 
     - ``torch.accelerator.empty_cache()`` is called only where an accelerator exists (it
       raises on CPU-only torch, so the original cannot grow a CPU workspace there); whether
@@ -125,11 +126,11 @@ class ReferenceWorkspaceManager:
       :meth:`use_ubatch` where vLLM reads its dual-batch-overlap thread map (one read each
       way). A negative ubatch is refused like a negative lane.
     - The refusal's ``file:line:function`` skips this class's frames by ``self``, as
-      upstream's bf94fe2 does, instead of by the qualified name ``WorkspaceManager.``;
+      that commit does, instead of by the qualified name ``WorkspaceManager.``;
       the debug log (``VLLM_DEBUG_WORKSPACE=1``) goes to this module's logger.
-    - With lanes, upstream has none: :meth:`reserve` sizes every ubatch slot of the current
-      lane, and :meth:`try_get_simultaneous` forgets a retained span its views reach into,
-      as :meth:`get_simultaneous` does (upstream's commit has no retained span).
+    - With lanes, which that commit predates: :meth:`reserve` sizes every ubatch slot of the
+      current lane, and :meth:`try_get_simultaneous` forgets a retained span its views reach
+      into, as :meth:`get_simultaneous` does (the commit has no retained span).
 
     Args:
         device: where buffers and persistent tensors live.
@@ -306,7 +307,7 @@ class ReferenceWorkspaceManager:
         ]
 
     def try_get_simultaneous(self, *shapes_and_dtypes: Spec) -> list[torch.Tensor] | None:
-        """Like :meth:`get_simultaneous`, but ``None`` where locked and too small (upstream's).
+        """Like :meth:`get_simultaneous`, but ``None`` where locked and too small (PR #42551's).
 
         Returns:
             The views, or ``None`` when the workspace is locked and the current slot is
@@ -327,7 +328,8 @@ class ReferenceWorkspaceManager:
         return self._slice(workspace, shapes_and_dtypes, actual_bytes, offsets)
 
     def reserve(self, *shapes_and_dtypes: Spec) -> None:
-        """Size every ubatch slot of the current lane for ONE layout of all the pairs (upstream's).
+        """Size every ubatch slot of the current lane for ONE layout of all the pairs (PR
+        #42551's).
 
         The pairs are laid out as one :meth:`get_simultaneous` call would lay them out (each
         rounded up to 256 bytes, back to back); idempotent; meant for before :meth:`lock`.
