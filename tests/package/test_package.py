@@ -24,7 +24,7 @@ DISPLAY_NAMES = {
 FAST_PATH_NAMES = {"emptied", "fit", "layout_of", "replay_acquire", "replay_retain"}
 TESTING_NAMES = {
     "DEFAULT_DTYPES", "Transitions", "WorkspaceMachine", "WorkspaceModel", "dtypes", "keys",
-    "register_profiles", "shapes", "slots", "spec_lists", "specs",
+    "register_profiles", "shapes", "slots", "spec_lists", "specs", "states",
 }  # fmt: skip
 
 
