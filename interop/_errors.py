@@ -215,6 +215,14 @@ class AllocationLayoutError(AllocationValueError):
     reason = "layout"
 
 
+class AllocationStorageOffsetError(AllocationLayoutError):
+    """The allocator returned a buffer at a byte of its storage where no wider dtype can
+    start, and its storage cannot be sliced to start at the buffer (torch views bytes as
+    another dtype only at a multiple of that dtype's itemsize in the storage)."""
+
+    reason = "storage-offset"
+
+
 class AllocationNegativeBitError(AllocationValueError):
     """The allocator returned a tensor with torch's negative bit set: its bytes are not its
     values, and every view carved from it would fail."""
@@ -282,6 +290,7 @@ PUBLIC_ERRORS: tuple[type[Exception], ...] = (
     AllocatorError, UnknownAllocatorError, AllocatorNotCallableError, AllocationTypeError,
     AllocationNotTensorError, AllocationDtypeError, AllocationValueError, AllocationShapeError,
     AllocationSizeError, AllocationDeviceError, AllocationLayoutError,
+    AllocationStorageOffsetError,
     AllocationNegativeBitError, AllocationOverlapError,
     UnknownDeviceError, DeviceUnavailableError, GrowthDuringCaptureError,
     NotInitializedError, PersistentMismatchError,

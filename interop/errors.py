@@ -37,6 +37,7 @@ from ._errors import AllocationNotTensorError as AllocationNotTensorError
 from ._errors import AllocationOverlapError as AllocationOverlapError
 from ._errors import AllocationShapeError as AllocationShapeError
 from ._errors import AllocationSizeError as AllocationSizeError
+from ._errors import AllocationStorageOffsetError as AllocationStorageOffsetError
 from ._errors import AllocationTypeError as AllocationTypeError
 from ._errors import AllocationValueError as AllocationValueError
 from ._errors import AllocatorError as AllocatorError
@@ -77,6 +78,7 @@ __all__ = [
     "AllocationOverlapError",
     "AllocationShapeError",
     "AllocationSizeError",
+    "AllocationStorageOffsetError",
     "AllocationTypeError",
     "AllocationValueError",
     "AllocatorError",

@@ -39,8 +39,9 @@ INTEROP_NAMES = {
 }  # fmt: skip
 INTEROP_ERRORS_NAMES = {
     "AllocationDeviceError", "AllocationDtypeError", "AllocationLayoutError",
-    "AllocationNegativeBitError", "AllocationNotTensorError", "AllocationOverlapError",
-    "AllocationShapeError", "AllocationSizeError", "AllocationTypeError",
+    "AllocationNegativeBitError", "AllocationNotTensorError",
+    "AllocationOverlapError", "AllocationShapeError", "AllocationSizeError",
+    "AllocationStorageOffsetError", "AllocationTypeError",
     "AllocationValueError", "AllocatorError", "AllocatorNotCallableError", "CapacityLimitError",
     "ConjugateBitError", "DeletedArrayError", "DeviceNotVisibleError", "DeviceUnavailableError",
     "FunctionNotCallableError", "GradientTrackedError", "GrowthDuringCaptureError",

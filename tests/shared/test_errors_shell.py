@@ -55,6 +55,7 @@ OTHER_BASES = {
     interop.errors.AllocationSizeError: ValueError,
     interop.errors.AllocationDeviceError: ValueError,
     interop.errors.AllocationLayoutError: ValueError,
+    interop.errors.AllocationStorageOffsetError: ValueError,
     interop.errors.AllocationNegativeBitError: ValueError,
     interop.errors.AllocationOverlapError: ValueError,
     interop.errors.UnknownDeviceError: RuntimeError,
@@ -73,6 +74,7 @@ PARENTS = {
     interop.errors.AllocationSizeError: interop.errors.AllocationValueError,
     interop.errors.AllocationDeviceError: interop.errors.AllocationValueError,
     interop.errors.AllocationLayoutError: interop.errors.AllocationValueError,
+    interop.errors.AllocationStorageOffsetError: interop.errors.AllocationLayoutError,
     interop.errors.AllocationNegativeBitError: interop.errors.AllocationValueError,
     interop.errors.AllocationOverlapError: interop.errors.AllocationValueError,
 }

@@ -129,3 +129,44 @@ def test_one_arena_handed_to_two_slots_is_refused_and_changes_nothing(growth):
     assert after[0] is before[0]
     for was, now in zip(before[1], after[1], strict=True):
         assert (was is None and now is None) or (was[0] == now[0] and torch.equal(was[1], now[1]))
+
+
+# ----- a buffer no wider dtype can start at (issue 29, item 10) -----
+
+
+class NoExportNoStorage(torch.Tensor):
+    """A tensor subclass DLPack cannot export and whose storage cannot be sliced."""
+
+    def __dlpack__(self, *args, **kwargs):
+        raise BufferError("this pool's tensors are not exportable")
+
+    def untyped_storage(self):
+        raise RuntimeError("this pool's storage is private")
+
+
+def test_a_buffer_no_wide_dtype_can_start_at_is_refused_before_anything_changes():
+    """Issue 29, item 10: a buffer at an odd byte of its storage serves no wider dtype; one
+    that can be seen through no storage of its own is refused up front."""
+    arena = OneArena().arena
+    calls = []
+
+    def pool(nbytes, device):
+        calls.append(nbytes)
+        if len(calls) == 1:
+            return arena[:nbytes]
+        odd = arena.untyped_storage()[4096 + 3 :]  # a storage that starts at an odd byte
+        block = torch.empty((0,), dtype=U8, device=device).set_(odd)[:nbytes]
+        return block.as_subclass(NoExportNoStorage)
+
+    ws = WorkspaceManager(DEVICE, allocator=pool)
+    (view,) = ws.get_simultaneous(((100,), torch.float32))
+    view.fill_(2.0)
+    before = slots_snapshot(ws, ubatches=1)
+    with pytest.raises(interop.errors.AllocationStorageOffsetError) as info:
+        ws.get_simultaneous(((5000,), torch.float32))
+    assert isinstance(info.value, interop.errors.AllocationLayoutError)
+    assert "allocator 'test_a_buffer" in str(info.value) and "of its storage" in str(info.value)
+    after = slots_snapshot(ws, ubatches=1)
+    assert after[0] is before[0] and after[1][0][0] == before[1][0][0]
+    (again,) = ws.get_simultaneous(((100,), torch.float32))  # the old buffer still serves
+    assert again.eq(2.0).all()
