@@ -215,6 +215,13 @@ class AllocationLayoutError(AllocationValueError):
     reason = "layout"
 
 
+class AllocationNotStridedError(AllocationLayoutError):
+    """The allocator returned a nested or sparse tensor: not one run of bytes that views can
+    be carved from."""
+
+    reason = "strided"
+
+
 class AllocationStorageOffsetError(AllocationLayoutError):
     """The allocator returned a buffer at a byte of its storage where no wider dtype can
     start, and its storage cannot be sliced to start at the buffer (torch views bytes as
@@ -290,7 +297,7 @@ PUBLIC_ERRORS: tuple[type[Exception], ...] = (
     AllocatorError, UnknownAllocatorError, AllocatorNotCallableError, AllocationTypeError,
     AllocationNotTensorError, AllocationDtypeError, AllocationValueError, AllocationShapeError,
     AllocationSizeError, AllocationDeviceError, AllocationLayoutError,
-    AllocationStorageOffsetError,
+    AllocationNotStridedError, AllocationStorageOffsetError,
     AllocationNegativeBitError, AllocationOverlapError,
     UnknownDeviceError, DeviceUnavailableError, GrowthDuringCaptureError,
     NotInitializedError, PersistentMismatchError,

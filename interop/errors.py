@@ -33,6 +33,7 @@ from ._errors import AllocationDeviceError as AllocationDeviceError
 from ._errors import AllocationDtypeError as AllocationDtypeError
 from ._errors import AllocationLayoutError as AllocationLayoutError
 from ._errors import AllocationNegativeBitError as AllocationNegativeBitError
+from ._errors import AllocationNotStridedError as AllocationNotStridedError
 from ._errors import AllocationNotTensorError as AllocationNotTensorError
 from ._errors import AllocationOverlapError as AllocationOverlapError
 from ._errors import AllocationShapeError as AllocationShapeError
@@ -74,6 +75,7 @@ __all__ = [
     "AllocationDtypeError",
     "AllocationLayoutError",
     "AllocationNegativeBitError",
+    "AllocationNotStridedError",
     "AllocationNotTensorError",
     "AllocationOverlapError",
     "AllocationShapeError",

@@ -39,7 +39,7 @@ INTEROP_NAMES = {
 }  # fmt: skip
 INTEROP_ERRORS_NAMES = {
     "AllocationDeviceError", "AllocationDtypeError", "AllocationLayoutError",
-    "AllocationNegativeBitError", "AllocationNotTensorError",
+    "AllocationNegativeBitError", "AllocationNotStridedError", "AllocationNotTensorError",
     "AllocationOverlapError", "AllocationShapeError", "AllocationSizeError",
     "AllocationStorageOffsetError", "AllocationTypeError",
     "AllocationValueError", "AllocatorError", "AllocatorNotCallableError", "CapacityLimitError",
