@@ -108,7 +108,10 @@ def apply_plan(state: WorkspaceState, plan: WorkspaceState) -> tuple[WorkspaceSt
     """Reserve in every slot the capacity ``plan`` lists, and lock if the plan was locked.
 
     Each slot grows to exactly its planned capacity (the growth policy does not spread
-    it: the plan already says what every slot needs); slots that hold more keep it.
+    it: the plan already says what every slot needs); slots that hold more keep it. A
+    slot whose high-water mark is above its capacity (the plan was saved while the slot
+    held no buffer: a growth in flight, or one that failed) grows to its high-water mark,
+    the largest request it served, which a restart needs again.
 
     Args:
         state: the current state.
@@ -130,6 +133,9 @@ def apply_plan(state: WorkspaceState, plan: WorkspaceState) -> tuple[WorkspaceSt
         >>> fresh, growth = apply_plan(initial_state(), lock(warm))
         >>> fresh.capacity((0, 0)), fresh.locked, growth
         (1024, True, (((0, 0), 1024),))
+        >>> in_flight = after_failed_growth(warm, warm, {(0, 0): 0})  # a growth's slot, bare
+        >>> apply_plan(initial_state(), in_flight)[1]  # saved mid-growth
+        (((0, 0), 1024),)
     """
     for name in ("num_ubatches", "num_lanes", "alignment"):
         if getattr(plan, name) != getattr(state, name):
@@ -140,7 +146,8 @@ def apply_plan(state: WorkspaceState, plan: WorkspaceState) -> tuple[WorkspaceSt
     new_slots = list(state.slots)
     growth: Growth = ()
     for index, planned in enumerate(plan.slots):
-        growth += _grow(state, new_slots, (index,), planned.capacity)
+        needed = max(planned.capacity, planned.high_water)
+        growth += _grow(state, new_slots, (index,), needed)
     new = with_slots(state, tuple(new_slots)) if growth else state
     return (lock(new) if plan.locked else new), growth
 

@@ -7,9 +7,15 @@ and the capacity limit, which belongs to the device the plan is applied on. So
 ``from_dict(to_dict(s))`` equals ``s`` with those cleared (a test pins this).
 
 Reading a plan checks every field before building anything: a plan that does not
-describe a workspace (a slot listed twice, a high-water mark above the capacity, a
-capacity that was never allocated) is refused with :class:`InvalidPlanError` naming the
-field.
+describe a workspace (a slot listed twice, a capacity or a high-water mark with no growth
+that allocated the bytes) is refused with :class:`InvalidPlanError` naming the field; every
+state the transitions produce reads back (a property test pins it).
+
+A high-water mark may be above its capacity. It is the largest request the slot served,
+which losing a buffer does not undo: a slot whose buffer was released for a growth still in
+flight, or lost in a growth that failed (both :func:`functional_ws.after_failed_growth`),
+has capacity 0 and keeps its mark. Such a plan
+says what the slot needed, and :func:`functional_ws.apply_plan` reserves that.
 """
 
 from __future__ import annotations
@@ -73,7 +79,7 @@ def from_dict(data: dict[str, Any]) -> WorkspaceState:
         InvalidPlanError: (``ValueError``) naming the field that is missing, malformed or
             inconsistent: not a dict, another format or version, a bad configuration, a
             slot missing, listed twice or out of range, a capacity of ``2**63`` or more,
-            a high-water mark above its capacity, a capacity with no growth that made it.
+            a capacity or a high-water mark with no growth that allocated the bytes.
 
     Example:
         >>> from functional_ws import initial_state, lock
@@ -130,14 +136,14 @@ def _slot_state(entry: dict[str, Any], where: str) -> SlotState:
     capacity = _count(entry, "capacity", where, maximum=MAX_BYTES - 1)
     high_water = _count(entry, "high_water", where, maximum=MAX_BYTES - 1)
     growths = _count(entry, "growths", where)
-    if high_water > capacity:
-        raise InvalidPlanError(
-            f"{where}['high_water'] = {high_water} is above {where}['capacity'] = {capacity}: "
-            "no request can have needed more than the slot held."
-        )
     if capacity > 0 and growths == 0:
         raise InvalidPlanError(
             f"{where} has capacity {capacity} but growths 0: a slot holds bytes only after "
             "a growth allocated them."
+        )
+    if high_water > 0 and growths == 0:
+        raise InvalidPlanError(
+            f"{where} has high_water {high_water} but growths 0: a slot serves a request "
+            "only from bytes a growth allocated."
         )
     return SlotState(capacity=capacity, high_water=high_water, growths=growths)

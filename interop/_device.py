@@ -200,6 +200,36 @@ def allocate_aligned(nbytes: int, device: torch.device, alignment: int) -> torch
     )
 
 
+#: The largest itemsize of a torch dtype (complex128's): every view starts at a multiple of
+#: the alignment, and torch needs a view's offset in its storage to be a multiple of its
+#: itemsize.
+LARGEST_ITEMSIZE = max(d.itemsize for d in vars(torch).values() if isinstance(d, torch.dtype))
+
+
+def storage_from_start(block: torch.Tensor) -> torch.Tensor:
+    """``block`` (1-D ``uint8``) through a storage that starts at its first byte, zero-copy.
+
+    torch views bytes as another dtype only where the view's offset in its storage is a
+    multiple of that dtype's itemsize: a buffer at an aligned address, but at an odd byte of
+    its storage (a pool's arena sliced anywhere), serves no wider dtype. A slice of the
+    storage (a new storage over the same bytes, which keeps the old one alive) starts at the
+    buffer's first byte, so a view at an aligned offset of the buffer is at an aligned
+    offset of its storage.
+
+    Example:
+        >>> import torch
+        >>> arena = torch.zeros(64, dtype=torch.uint8)
+        >>> rebased = storage_from_start(arena[3:35])
+        >>> rebased.storage_offset(), rebased.data_ptr() - arena.data_ptr(), rebased.numel()
+        (0, 3, 32)
+        >>> rebased[16:].view(torch.complex128).shape
+        torch.Size([1])
+    """
+    offset = block.storage_offset()
+    storage = block.untyped_storage()[offset : offset + block.numel()]
+    return torch.empty((0,), dtype=torch.uint8, device=block.device).set_(storage)
+
+
 def address_alignment(address: int) -> int:
     """The largest power of two that divides ``address`` (4096 at most, for an address of 0).
 

@@ -215,6 +215,21 @@ class AllocationLayoutError(AllocationValueError):
     reason = "layout"
 
 
+class AllocationNotStridedError(AllocationLayoutError):
+    """The allocator returned a nested or sparse tensor: not one run of bytes that views can
+    be carved from."""
+
+    reason = "strided"
+
+
+class AllocationStorageOffsetError(AllocationLayoutError):
+    """The allocator returned a buffer at a byte of its storage where no wider dtype can
+    start, and its storage cannot be sliced to start at the buffer (torch views bytes as
+    another dtype only at a multiple of that dtype's itemsize in the storage)."""
+
+    reason = "storage-offset"
+
+
 class AllocationNegativeBitError(AllocationValueError):
     """The allocator returned a tensor with torch's negative bit set: its bytes are not its
     values, and every view carved from it would fail."""
@@ -322,6 +337,7 @@ PUBLIC_ERRORS: tuple[type[Exception], ...] = (
     AllocatorError, UnknownAllocatorError, AllocatorNotCallableError, AllocationTypeError,
     AllocationNotTensorError, AllocationDtypeError, AllocationValueError, AllocationShapeError,
     AllocationSizeError, AllocationDeviceError, AllocationLayoutError,
+    AllocationNotStridedError, AllocationStorageOffsetError,
     AllocationNegativeBitError, AllocationOverlapError,
     UnknownDeviceError, DeviceUnavailableError, GrowthDuringCaptureError, ReplanLimitError,
     NotInitializedError, PersistentMismatchError, ReadOnlyAttributeError,

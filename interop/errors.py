@@ -33,10 +33,12 @@ from ._errors import AllocationDeviceError as AllocationDeviceError
 from ._errors import AllocationDtypeError as AllocationDtypeError
 from ._errors import AllocationLayoutError as AllocationLayoutError
 from ._errors import AllocationNegativeBitError as AllocationNegativeBitError
+from ._errors import AllocationNotStridedError as AllocationNotStridedError
 from ._errors import AllocationNotTensorError as AllocationNotTensorError
 from ._errors import AllocationOverlapError as AllocationOverlapError
 from ._errors import AllocationShapeError as AllocationShapeError
 from ._errors import AllocationSizeError as AllocationSizeError
+from ._errors import AllocationStorageOffsetError as AllocationStorageOffsetError
 from ._errors import AllocationTypeError as AllocationTypeError
 from ._errors import AllocationValueError as AllocationValueError
 from ._errors import AllocatorError as AllocatorError
@@ -75,10 +77,12 @@ __all__ = [
     "AllocationDtypeError",
     "AllocationLayoutError",
     "AllocationNegativeBitError",
+    "AllocationNotStridedError",
     "AllocationNotTensorError",
     "AllocationOverlapError",
     "AllocationShapeError",
     "AllocationSizeError",
+    "AllocationStorageOffsetError",
     "AllocationTypeError",
     "AllocationValueError",
     "AllocatorError",

@@ -1,4 +1,5 @@
-"""Hypothesis strategies for workspace requests: shapes, dtypes, specs, slots and keys.
+"""Hypothesis strategies for workspace requests (shapes, dtypes, specs, slots and keys) and
+for the states the core's transitions reach.
 
 Small sizes by default so that shrinking ends on readable examples. The core's state machine
 (:class:`functional_ws.testing.WorkspaceMachine`) draws its calls from these.
@@ -6,13 +7,17 @@ Small sizes by default so that shrinking ends on readable examples. The core's s
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Hashable, Sequence
 from typing import Any
 
 import numpy as np
 from hypothesis import strategies as st
 
-from .._state import Slot
+from .._errors import CapacityLimitError, PersistentKeyLockedError, WorkspaceLockedError
+from .._growth import after_failed_growth, reserve
+from .._ops import acquire, claim, initial_state, lock, retain, unlock
+from .._state import GROWTH_POLICIES, MAX_SLOTS, Slot, WorkspaceState
 from ._checks import check_count, check_dtype_pool, check_hashables, order_check
 
 #: NumPy dtypes with 1, 2, 4, 8 and 16 byte items.
@@ -174,3 +179,123 @@ def keys(names: Sequence[Hashable] = ("a", "b", "c")) -> st.SearchStrategy[Hasha
         'b'
     """
     return st.sampled_from(check_hashables("keys", "names", names))
+
+
+#: The transitions :func:`states` draws from (sorted: a deterministic replay's order).
+_STEPS = (
+    "acquire",
+    "claim",
+    "emptied",
+    "failed_growth",
+    "lock",
+    "reserve",
+    "retain",
+    "unlock",
+)
+_REFUSALS = (WorkspaceLockedError, PersistentKeyLockedError, CapacityLimitError)
+
+
+def states(
+    num_ubatches: int = 2, num_lanes: int = 1, *, max_steps: int = 8
+) -> st.SearchStrategy[WorkspaceState]:
+    """States the core's transitions reach: what a shell may hold, or save as a plan.
+
+    Each starts from :func:`functional_ws.initial_state` (its alignment, growth policy and
+    capacity limit drawn) and applies up to ``max_steps`` transitions, each one of:
+    ``acquire``, ``retain``, ``claim``, ``reserve``, ``lock``, ``unlock``; a growth in
+    flight (the slot's buffer released: :func:`functional_ws.after_failed_growth` with the slot
+    at 0); and a growth that failed
+    (:func:`functional_ws.after_failed_growth`, each growing slot holding its planned
+    capacity, its old one or nothing, and sometimes another call's state as ``current``).
+    A transition the state refuses (locked, above the limit) is skipped.
+
+    Args:
+        num_ubatches: ubatch slots of the workspace.
+        num_lanes: lanes per ubatch.
+        max_steps: the most transitions.
+
+    Returns:
+        A strategy of :class:`~functional_ws.WorkspaceState`, shrinking towards the
+        initial state.
+
+    Raises:
+        TypeError: an argument is not an int.
+        ValueError: a count below one, more than ``2**16`` slots (a workspace's most), or a
+            negative ``max_steps``.
+
+    Example:
+        >>> from hypothesis import given, settings
+        >>> from functional_ws import from_dict, to_dict
+        >>> @settings(max_examples=20)
+        ... @given(states())
+        ... def test_a_plan_reads_back(state):
+        ...     assert [s.high_water for s in from_dict(to_dict(state)).slots] == [
+        ...         s.high_water for s in state.slots
+        ...     ]
+        >>> test_a_plan_reads_back()
+    """
+    check_count("states", "num_ubatches", num_ubatches, floor=1)
+    check_count("states", "num_lanes", num_lanes, floor=1)
+    check_count("states", "max_steps", max_steps, floor=0)
+    if num_ubatches * num_lanes > MAX_SLOTS:
+        raise ValueError(
+            f"states(num_ubatches={num_ubatches}, num_lanes={num_lanes}): a workspace has at "
+            f"most {MAX_SLOTS} slots"
+        )
+    return _states(num_ubatches, num_lanes, max_steps)
+
+
+@st.composite
+def _states(draw: st.DrawFn, num_ubatches: int, num_lanes: int, max_steps: int) -> WorkspaceState:
+    state = initial_state(
+        num_ubatches,
+        num_lanes,
+        alignment=draw(st.sampled_from((16, 256))),
+        growth=draw(st.sampled_from(GROWTH_POLICIES)),
+        max_capacity=draw(st.sampled_from((None, 1 << 16))),
+    )
+    slot_of = slots(num_ubatches, num_lanes)
+    steps = [draw(st.sampled_from(_STEPS)) for _ in range(draw(st.integers(0, max_steps)))]
+    lost: bool = draw(st.booleans())
+    if steps and lost:  # often near the end: a buffer lost, as a plan sees it
+        at = draw(st.integers(max(0, len(steps) - 2), len(steps) - 1))
+        steps[at] = draw(st.sampled_from(("emptied", "failed_growth")))
+    for step in steps:
+        with contextlib.suppress(*_REFUSALS):  # refused: a failed transition changes nothing
+            state = _step(draw, state, step, draw(slot_of), slot_of)
+    return state
+
+
+def _step(
+    draw: st.DrawFn, state: WorkspaceState, step: str, slot: Slot, slot_of: Any
+) -> WorkspaceState:
+    """``state`` after the transition ``step`` in ``slot``, its arguments drawn."""
+    if step == "acquire":
+        return acquire(state, slot, *draw(spec_lists(max_size=2, max_side=16)))[0]
+    if step == "retain":
+        return retain(state, slot, draw(keys()), draw(specs(max_side=16)))[0]
+    if step == "claim":
+        return claim(state, slot, draw(keys()))[0]
+    if step == "reserve":
+        return reserve(state, [draw(specs(max_side=16))], [slot])[0]
+    if step == "lock":
+        return lock(state)
+    if step == "unlock":
+        return unlock(state)
+    used = [state.slot_of(i) for i, s in enumerate(state.slots) if s.capacity and s.high_water]
+    if used:  # a growth in flight or failed: of a slot that served requests, where one did
+        slot = draw(st.sampled_from(used))
+    if step == "emptied":  # its buffer released, the new one not yet installed
+        return after_failed_growth(state, state, {slot: 0})
+    # failed_growth: a request that grows, carried out only in part
+    planned, layout = acquire(state, slot, *draw(spec_lists(max_size=2, max_side=16)))
+    held = {}
+    for grown, capacity in layout.growth:
+        old = state.slots[state.index(grown)].capacity
+        held[grown] = draw(st.sampled_from(sorted({capacity, old, 0})))
+    current = None
+    moved: bool = draw(st.booleans())
+    if held and moved:  # another call moved the state meanwhile
+        current = after_failed_growth(state, state, dict.fromkeys(held, 0))
+        current = _step(draw, current, "acquire", draw(slot_of), slot_of)
+    return after_failed_growth(state, planned, held, current=current)

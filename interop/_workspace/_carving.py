@@ -4,8 +4,11 @@ A :class:`Carver` serves one buffer, which lies in a block (torch's CPU block is
 than the buffer: the allocator aligns it by starting the buffer past the block's start). It
 sees the block through one typed alias per dtype (every whole element of the block, made on
 first use), so a view at a byte offset of the buffer is one ``torch.as_strided`` over the
-alias; where the buffer's start does not allow an alias (a callable allocator's block at an
-odd offset), the original's slice, ``view(dtype)`` and ``view(shape)`` serve instead.
+alias; where no alias can be made (a dtype torch cannot view bytes as), the original's
+slice, ``view(dtype)`` and ``view(shape)`` serve instead. Every provider hands over a
+buffer at a multiple of the largest itemsize in its storage (a callable's block at an odd
+byte is rebased: ``_providers.py``), so every dtype has an alias; a slice at an odd byte
+of its storage would not serve a wider dtype either.
 
 Views are carved outside inference mode whatever the caller's mode: a view carved inside it
 would not share the buffer's version counter, and every view made from it later would lose

@@ -14,11 +14,21 @@ its addresses shows how it aligns, and for what that alignment needs from then o
 (:func:`interop._device.aligned_block`). A retry, when one is needed, drops the first block
 (and with ``"jax"`` the first array) before asking for the next.
 
-Every result of JAX or of a callable is validated (a ``torch.Tensor``, ``uint8``, one
-dimension, no negative bit, at least the bytes asked for, on the workspace's device,
-contiguous, and not overlapping the buffers other slots are using) before the manager uses
-it, so a pool that hands back the wrong thing is refused with an :class:`AllocatorError`
-naming the allocator and the value.
+Every result of JAX or of a callable is validated (a ``torch.Tensor``, ``uint8``, neither
+nested nor sparse, one dimension, no negative bit, at least the bytes asked for, on the
+workspace's device, contiguous, and not overlapping the buffers other slots are using)
+before the manager uses it, so a pool that hands back the wrong thing is refused with an
+:class:`AllocatorError` naming the allocator and the value. A callable's result is kept
+through what DLPack exports of it (:func:`own_storage`), and that is checked too: a tensor
+subclass may export other bytes than its ``data_ptr()`` says.
+
+Any byte address. A pool that slices an arena anywhere hands out blocks whose storage
+starts at that byte (DLPack's export starts a storage at the block); the buffer then starts
+at the first aligned address, which may be at an odd byte of its storage, where torch views
+no wider dtype. Such a buffer is seen through a storage that starts at its first byte
+(:func:`interop._device.storage_from_start`, zero-copy), so every dtype is served, or,
+where its storage cannot be sliced, refused before anything changes
+(:class:`AllocationStorageOffsetError`).
 
 The order of release and allocation. The built-ins release a slot's old buffer first and
 then allocate (the original's order, which keeps a growth's peak at the new size). A
@@ -36,21 +46,26 @@ import torch
 
 from .. import _device
 from .._device import (
+    LARGEST_ITEMSIZE,
     TORCH_ALIGNMENT,
     address_alignment,
     aligned_block,
     allocate_aligned,
     same_device,
+    storage_from_start,
 )
 from .._errors import (
     AllocationDeviceError,
     AllocationDtypeError,
     AllocationLayoutError,
     AllocationNegativeBitError,
+    AllocationNotStridedError,
     AllocationNotTensorError,
     AllocationOverlapError,
     AllocationShapeError,
     AllocationSizeError,
+    AllocationStorageOffsetError,
+    AllocatorError,
 )
 
 #: A user allocator: ``allocator(nbytes, device)`` returns a 1-D ``uint8`` tensor of at least
@@ -217,15 +232,53 @@ class FunctionAllocator(SlotAllocator):
     ) -> Allocation:
         def raw(n: int) -> torch.Tensor:
             result = check_allocation(self.function(n, device), n, device, self, in_use=in_use)
-            seen = address_alignment(result.data_ptr())
+            block = own_storage(result)
+            if block is not result:  # the slot keeps what DLPack exported: check that
+                self._check_export(block, result, n, device, in_use)
+            seen = address_alignment(block.data_ptr())
             if self.provider_alignment is None or seen < self.provider_alignment:
                 self.provider_alignment = seen
-            return own_storage(result)
+            return block
 
-        return Allocation(
-            aligned_block(raw, nbytes, alignment, provider_alignment=self.provider_alignment),
-            nbytes,
-        )
+        block = aligned_block(raw, nbytes, alignment, provider_alignment=self.provider_alignment)
+        if block.storage_offset() % LARGEST_ITEMSIZE:  # an arena sliced at an odd byte
+            block = self._from_start(block, nbytes, device)
+        return Allocation(block, nbytes)
+
+    def _check_export(
+        self,
+        block: torch.Tensor,
+        result: torch.Tensor,
+        nbytes: int,
+        device: torch.device,
+        in_use: InUse,
+    ) -> None:
+        """Check ``block``, what DLPack exported of ``result``, as the slot's buffer: a
+        tensor subclass may export other bytes than its ``data_ptr()`` says."""
+        try:
+            check_allocation(block, nbytes, device, self, in_use=in_use)
+        except AllocatorError as err:
+            raise type(err)(
+                f"{err} (These are the bytes its __dlpack__ exports, which the workspace would "
+                f"keep; its data_ptr() says {result.data_ptr():#x}.)"
+            ) from None
+
+    def _from_start(self, block: torch.Tensor, nbytes: int, device: torch.device) -> torch.Tensor:
+        """``block`` through a storage starting at its first byte (:func:`storage_from_start`),
+        or refused where its storage cannot be sliced so."""
+        try:
+            rebased = storage_from_start(block)
+        except (RuntimeError, TypeError, NotImplementedError):
+            rebased = None
+        if rebased is None or rebased.data_ptr() != block.data_ptr():
+            raise AllocationStorageOffsetError(
+                f"allocator {self.name!r} returned a buffer for {nbytes} bytes on {device} "
+                f"that starts at byte {block.storage_offset()} of its storage: torch views "
+                f"bytes as a dtype of {LARGEST_ITEMSIZE} bytes only at a multiple of "
+                f"{LARGEST_ITEMSIZE} in the storage, and neither DLPack nor a slice of its "
+                "storage could start a storage at the buffer. Return a plain torch tensor."
+            )
+        return rebased
 
 
 def own_storage(block: torch.Tensor) -> torch.Tensor:
@@ -276,6 +329,8 @@ def check_allocation(
     Raises:
         AllocationNotTensorError: (``AllocationTypeError``, ``TypeError``) not a tensor.
         AllocationDtypeError: (``AllocationTypeError``, ``TypeError``) not ``uint8``.
+        AllocationNotStridedError: (``AllocationLayoutError``, ``ValueError``) a nested or
+            sparse tensor.
         AllocationShapeError: (``AllocationValueError``, ``ValueError``) not 1-D.
         AllocationNegativeBitError: (``AllocationValueError``) torch's negative bit is set.
         AllocationSizeError: (``AllocationValueError``) fewer than ``nbytes`` elements.
@@ -306,6 +361,13 @@ def check_allocation(
         raise AllocationDtypeError(
             f"{who} returned a {result.dtype} tensor for {nbytes} bytes on {device}; it must "
             "be torch.uint8 (the workspace counts bytes). Return tensor.view(torch.uint8)."
+        )
+    if result.is_nested or result.layout != torch.strided:
+        kind = "nested" if result.is_nested else f"{result.layout} (sparse)"
+        raise AllocationNotStridedError(
+            f"{who} returned a {kind} tensor for {nbytes} bytes on {device}; it must be a "
+            "plain strided tensor, one run of bytes that views are carved from. Return "
+            "torch.empty(nbytes, dtype=torch.uint8, device=device) or a slice of an arena."
         )
     what = f"{who} returned tensor(shape={tuple(result.shape)}, device={result.device}"
     if result.dim() != 1:

@@ -24,6 +24,7 @@ import torch
 
 from functional_ws import InvalidConfigError, InvalidSpecError, ViewSpec, WorkspaceLockedError
 
+from .._device import LARGEST_ITEMSIZE
 from .._diagnostics import caller_origin
 
 _DTYPE = torch.dtype
@@ -263,11 +264,6 @@ def chosen_slots(slots: Any, lane: int, num_ubatches: int) -> Any:
             raise InvalidSpecError(f"slots must be None, 'all' or a list of slots, got {slots!r}.")
         return None
     return tuple(slots) if isinstance(slots, Iterable) else slots
-
-
-#: The largest itemsize of a torch dtype (complex128's): every view starts at a multiple of
-#: the alignment, and torch needs a view's offset to be a multiple of its itemsize.
-LARGEST_ITEMSIZE = max(d.itemsize for d in vars(torch).values() if isinstance(d, torch.dtype))
 
 
 def check_alignment(alignment: int) -> None:

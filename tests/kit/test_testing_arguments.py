@@ -20,6 +20,7 @@ from functional_ws.testing import (
     slots,
     spec_lists,
     specs,
+    states,
 )
 
 
@@ -55,13 +56,17 @@ from functional_ws.testing import (
         (lambda: register_profiles(ci="same", dev="same"), ValueError, r"the names must differ"),
         (lambda: register_profiles(ci=""), TypeError, r"ci must be a profile name"),
         (lambda: register_profiles(load=3), TypeError, r"load must be a profile name or None"),
+        (lambda: states(0), ValueError, r"^states\(num_ubatches=0\): num_ubatches must be"),
+        (lambda: states(max_steps=-1), ValueError, r"^states\(max_steps=-1\)"),
+        (lambda: states(2**9, 2**8), ValueError, r"^states\(num_ubatches=512, num_lanes=256\)"),
     ],
     ids=["slots-zero-ubatches", "slots-negative-lanes", "slots-float", "slots-bool",
          "shapes-negative-dims", "shapes-str-side", "shapes-min-over-max", "keys-empty",
          "keys-a-string", "keys-unhashable", "keys-a-set", "dtypes-empty", "dtypes-a-name",
          "specs-bad-dtype", "specs-negative-dims", "spec-lists-min-over-max",
          "spec-lists-negative-min", "spec-lists-bad-shape-argument", "profiles-same-names",
-         "profiles-empty-name", "profiles-load-not-a-name"],
+         "profiles-empty-name", "profiles-load-not-a-name", "states-zero-ubatches",
+         "states-negative-steps", "states-too-many-slots"],
 )  # fmt: skip
 def test_bad_arguments_are_refused_when_called(call, error, match):
     with pytest.raises(error, match=match):

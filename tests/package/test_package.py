@@ -24,7 +24,7 @@ DISPLAY_NAMES = {
 FAST_PATH_NAMES = {"fit", "layout_of", "replay_acquire", "replay_retain"}
 TESTING_NAMES = {
     "DEFAULT_DTYPES", "Transitions", "WorkspaceMachine", "WorkspaceModel", "dtypes", "keys",
-    "register_profiles", "shapes", "slots", "spec_lists", "specs",
+    "register_profiles", "shapes", "slots", "spec_lists", "specs", "states",
 }  # fmt: skip
 
 
@@ -39,8 +39,9 @@ INTEROP_NAMES = {
 }  # fmt: skip
 INTEROP_ERRORS_NAMES = {
     "AllocationDeviceError", "AllocationDtypeError", "AllocationLayoutError",
-    "AllocationNegativeBitError", "AllocationNotTensorError", "AllocationOverlapError",
-    "AllocationShapeError", "AllocationSizeError", "AllocationTypeError",
+    "AllocationNegativeBitError", "AllocationNotStridedError", "AllocationNotTensorError",
+    "AllocationOverlapError", "AllocationShapeError", "AllocationSizeError",
+    "AllocationStorageOffsetError", "AllocationTypeError",
     "AllocationValueError", "AllocatorError", "AllocatorNotCallableError", "CapacityLimitError",
     "ConjugateBitError", "DeletedArrayError", "DeviceNotVisibleError", "DeviceUnavailableError",
     "FunctionNotCallableError", "GradientTrackedError", "GrowthDuringCaptureError",

@@ -55,6 +55,8 @@ OTHER_BASES = {
     interop.errors.AllocationSizeError: ValueError,
     interop.errors.AllocationDeviceError: ValueError,
     interop.errors.AllocationLayoutError: ValueError,
+    interop.errors.AllocationNotStridedError: ValueError,
+    interop.errors.AllocationStorageOffsetError: ValueError,
     interop.errors.AllocationNegativeBitError: ValueError,
     interop.errors.AllocationOverlapError: ValueError,
     interop.errors.UnknownDeviceError: RuntimeError,
@@ -75,6 +77,8 @@ PARENTS = {
     interop.errors.AllocationSizeError: interop.errors.AllocationValueError,
     interop.errors.AllocationDeviceError: interop.errors.AllocationValueError,
     interop.errors.AllocationLayoutError: interop.errors.AllocationValueError,
+    interop.errors.AllocationNotStridedError: interop.errors.AllocationLayoutError,
+    interop.errors.AllocationStorageOffsetError: interop.errors.AllocationLayoutError,
     interop.errors.AllocationNegativeBitError: interop.errors.AllocationValueError,
     interop.errors.AllocationOverlapError: interop.errors.AllocationValueError,
 }

@@ -129,3 +129,126 @@ def test_one_arena_handed_to_two_slots_is_refused_and_changes_nothing(growth):
     assert after[0] is before[0]
     for was, now in zip(before[1], after[1], strict=True):
         assert (was is None and now is None) or (was[0] == now[0] and torch.equal(was[1], now[1]))
+
+
+# ----- results that are not one plain run of bytes (issue 29, items 10 and 12) -----
+
+
+def _nested(nbytes):
+    return torch.nested.nested_tensor([torch.zeros(nbytes, dtype=U8)])
+
+
+def _jagged(nbytes):
+    return torch.nested.nested_tensor([torch.zeros(nbytes, dtype=U8)], layout=torch.jagged)
+
+
+def _sparse(nbytes):
+    return torch.zeros(nbytes, dtype=U8).to_sparse()
+
+
+NOT_STRIDED = [("nested", _nested, "nested"), ("nested-jagged", _jagged, "nested"),
+               ("sparse-coo", _sparse, "torch.sparse_coo")]  # fmt: skip
+
+
+@pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors")
+@pytest.mark.parametrize(("make", "kind"), [c[1:] for c in NOT_STRIDED],
+                         ids=[c[0] for c in NOT_STRIDED])  # fmt: skip
+def test_a_nested_or_sparse_result_is_refused_naming_the_allocator(make, kind):
+    """A nested tensor used to raise torch's internal RuntimeError ("NestedTensorImpl doesn't
+    support sizes") from the check itself."""
+    with pytest.raises(interop.errors.AllocationNotStridedError) as info:
+        _check(make(256), 256)
+    err = info.value
+    assert isinstance(err, interop.errors.AllocationLayoutError) and isinstance(err, ValueError)
+    assert err.reason == "strided"
+    assert "allocator '<lambda>'" in str(err) and kind in str(err) and "256 bytes" in str(err)
+
+
+class ExportsElsewhere(torch.Tensor):
+    """A tensor subclass whose ``__dlpack__`` exports the bytes of another tensor than its
+    own ``data_ptr()`` (``exported``): the slot would keep what DLPack exports."""
+
+    exported: torch.Tensor
+
+    def __dlpack__(self, *args, **kwargs):
+        return self.exported.__dlpack__(*args, **kwargs)
+
+    def __dlpack_device__(self):
+        return self.exported.__dlpack_device__()
+
+
+def test_what_dlpack_exports_is_what_is_checked_for_overlap():
+    """Issue 29, item 12: slot (1, 0)'s result points at fresh bytes, but exports slot
+    (0, 0)'s buffer: checked on its ``data_ptr()``, the two slots shared their bytes."""
+    arena = OneArena().arena
+    calls = []
+
+    def pool(nbytes, device):
+        calls.append(nbytes)
+        if len(calls) == 1:
+            return arena[:nbytes]  # slot (0, 0): honest
+        own = torch.empty((nbytes,), dtype=U8, device=device).as_subclass(ExportsElsewhere)
+        own.exported = arena[:nbytes]  # slot (1, 0): exports slot (0, 0)'s bytes
+        return own
+
+    ws = WorkspaceManager(DEVICE, num_ubatches=2, allocator=pool)
+    with use_workspace_ubatch(0):
+        ws.get_simultaneous(((1000,), U8))[0].fill_(1)
+    before = slots_snapshot(ws)
+    with use_workspace_ubatch(1), pytest.raises(interop.errors.AllocationOverlapError) as info:
+        ws.get_simultaneous(((1000,), U8))
+    assert "__dlpack__ exports" in str(info.value) and "data_ptr()" in str(info.value)
+    after = slots_snapshot(ws)
+    assert after[0] is before[0] and after[1][1] is None
+    assert torch.equal(after[1][0][1], before[1][0][1])
+
+
+def test_an_exported_region_that_fits_is_the_one_installed():
+    arena = OneArena().arena
+
+    def pool(nbytes, device):
+        own = torch.empty((nbytes,), dtype=U8, device=device).as_subclass(ExportsElsewhere)
+        own.exported = arena[4096 : 4096 + nbytes]
+        return own
+
+    ws = WorkspaceManager(DEVICE, allocator=pool)
+    (view,) = ws.get_simultaneous(((1000,), U8))
+    assert view.data_ptr() == arena[4096:].data_ptr()  # checked, and served, there
+
+
+class NoExportNoStorage(torch.Tensor):
+    """A tensor subclass DLPack cannot export and whose storage cannot be sliced."""
+
+    def __dlpack__(self, *args, **kwargs):
+        raise BufferError("this pool's tensors are not exportable")
+
+    def untyped_storage(self):
+        raise RuntimeError("this pool's storage is private")
+
+
+def test_a_buffer_no_wide_dtype_can_start_at_is_refused_before_anything_changes():
+    """Issue 29, item 10: a buffer at an odd byte of its storage serves no wider dtype; one
+    that can be seen through no storage of its own is refused up front."""
+    arena = OneArena().arena
+    calls = []
+
+    def pool(nbytes, device):
+        calls.append(nbytes)
+        if len(calls) == 1:
+            return arena[:nbytes]
+        odd = arena.untyped_storage()[4096 + 3 :]  # a storage that starts at an odd byte
+        block = torch.empty((0,), dtype=U8, device=device).set_(odd)[:nbytes]
+        return block.as_subclass(NoExportNoStorage)
+
+    ws = WorkspaceManager(DEVICE, allocator=pool)
+    (view,) = ws.get_simultaneous(((100,), torch.float32))
+    view.fill_(2.0)
+    before = slots_snapshot(ws, ubatches=1)
+    with pytest.raises(interop.errors.AllocationStorageOffsetError) as info:
+        ws.get_simultaneous(((5000,), torch.float32))
+    assert isinstance(info.value, interop.errors.AllocationLayoutError)
+    assert "allocator 'test_a_buffer" in str(info.value) and "of its storage" in str(info.value)
+    after = slots_snapshot(ws, ubatches=1)
+    assert after[0] is before[0] and after[1][0][0] == before[1][0][0]
+    (again,) = ws.get_simultaneous(((100,), torch.float32))  # the old buffer still serves
+    assert again.eq(2.0).all()

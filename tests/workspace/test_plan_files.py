@@ -9,6 +9,7 @@ process.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -17,9 +18,12 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from unittest import mock
 
 import pytest
+import torch
 from support.helpers import reserved_manager
+from support.seams import allocator_of
 
 import functional_ws as fws
 from interop import WorkspaceManager
@@ -199,3 +203,50 @@ def test_the_null_device_is_never_replaced():
     with pytest.raises(FileExistsError, match="a character device"):
         reserved_manager().save_plan("/dev/null")
     assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
+
+
+def _plan_of_a_slot_without_a_buffer(tmp_path, how: str) -> Path:
+    """A plan saved while slot (0, 0), which served 1 KiB, holds no buffer: from inside a
+    growth's ``alloc_context`` (its old buffer released, the new one not yet there), or
+    after the documented failure that leaves the slot with no buffer."""
+    path = tmp_path / "plan.json"
+    armed, saved = [], []
+
+    @contextlib.contextmanager
+    def saving_context():
+        if armed and not saved:
+            saved.append(ws.state.capacity((0, 0)))
+            ws.save_plan(path)
+        yield
+
+    ws = WorkspaceManager("cpu", alloc_context=saving_context)
+    ws.get_simultaneous(((1024,), torch.uint8))
+    if how == "growth-in-flight":
+        armed.append(True)
+        ws.get_simultaneous(((4096,), torch.uint8))
+        assert saved == [0]  # the slot held no buffer while the plan was written
+    else:
+
+        def fail(*args, **kwargs):
+            raise MemoryError("pretend the device is full")
+
+        with mock.patch.object(allocator_of(ws), "allocate", fail), pytest.raises(MemoryError):
+            ws.get_simultaneous(((4096,), torch.uint8))
+        assert ws.state.capacity((0, 0)) == 0
+        ws.save_plan(path)
+    return path
+
+
+@pytest.mark.parametrize("how", ["growth-in-flight", "failed-growth"])
+def test_a_plan_saved_while_a_slot_has_no_buffer_loads(tmp_path, how):
+    """Issue 29, item 9: such a plan has a high-water mark above its capacity, which
+    ``load_plan`` refused; it loads, and reserves the largest request the slot served."""
+    path = _plan_of_a_slot_without_a_buffer(tmp_path, how)
+    slot = json.loads(path.read_text(encoding="utf-8"))["slots"][0]
+    assert (slot["capacity"], slot["high_water"]) == (0, 1024)
+    fresh = WorkspaceManager("cpu")
+    fresh.load_plan(path)
+    assert fresh.state.capacity((0, 0)) == 1024
+    fresh.lock()
+    (view,) = fresh.get_simultaneous(((1024,), torch.uint8))  # served under the lock
+    assert view.numel() == 1024
