@@ -69,36 +69,6 @@ def plain_nbytes(specs: tuple[Any, ...]) -> list[int] | None:
     return sizes
 
 
-def listed_as_tuples(specs: tuple[Any, ...]) -> tuple[Any, ...] | None:
-    """``specs`` with each shape spelled as a list of plain ints made a tuple (the hot
-    path's conversion: upstream accepts lists); ``None`` for anything else (the slow path
-    makes it canonical, or explains it in the caller's spelling).
-
-    Example:
-        >>> import torch
-        >>> listed_as_tuples((([2, 3], torch.float32), ((4,), torch.int8)))
-        (((2, 3), torch.float32), ((4,), torch.int8))
-        >>> listed_as_tuples((([2.0], torch.float32),)) is None  # not plain ints
-        True
-    """
-    tupled = []
-    listed = False
-    for spec in specs:
-        if type(spec) is not tuple:
-            return None
-        try:
-            shape, dtype = spec
-        except ValueError:  # not a pair
-            return None
-        if type(shape) is list:
-            for dim in shape:
-                if type(dim) is not int:
-                    return None
-            spec, listed = (tuple(shape), dtype), True
-        tupled.append(spec)
-    return tuple(tupled) if listed else None
-
-
 def canonical(specs: tuple[Any, ...], argname: str = "specs") -> tuple[Any, ...]:
     """``specs`` with every accepted spelling made canonical (``specs`` itself when it
     already is); what is not a request is left as it is, for the core to explain.
