@@ -45,39 +45,41 @@ class SlotBuffers:
         self.allocator = allocator
         self._alignment = alignment
         empty = (None, Carver(None, device))
-        self._slots: list[tuple[Allocation | None, Carver]] = [empty] * count
+        #: Per slot, ``(allocation, carver)``: read ``records[index][1]`` for the carver
+        #: where a call costs (the engine's miss path), :meth:`current` elsewhere.
+        self.records: list[tuple[Allocation | None, Carver]] = [empty] * count
 
     def current(self, index: int) -> Carver:
         """Slot ``index``'s carver: its buffer's views (none while it has no buffer)."""
-        return self._slots[index][1]
+        return self.records[index][1]
 
     def buffer(self, index: int) -> torch.Tensor | None:
         """Slot ``index``'s buffer, ``None`` while it has none."""
-        allocation = self._slots[index][0]
+        allocation = self.records[index][0]
         return None if allocation is None else allocation.buffer
 
     def buffers(self) -> list[torch.Tensor | None]:
         """Every slot's buffer, in slot order (a new list)."""
-        return [self.buffer(index) for index in range(len(self._slots))]
+        return [self.buffer(index) for index in range(len(self.records))]
 
     def owner(self, index: int) -> Any:
         """What owns slot ``index``'s memory (the JAX array for ``"jax"``), or ``None``."""
-        allocation = self._slots[index][0]
+        allocation = self.records[index][0]
         return None if allocation is None else allocation.owner
 
     def take(self, index: int) -> torch.Tensor | None:
         """The block slot ``index``'s buffer lies in, which the slot no longer holds (the
         caller drops it; the block keeps the buffer's bytes alive, and whatever else holds
         them holds its storage)."""
-        allocation, carver = self._slots[index]
-        self._slots[index] = (None, Carver(None, self.device, generation=carver.generation + 1))
+        allocation, carver = self.records[index]
+        self.records[index] = (None, Carver(None, self.device, generation=carver.generation + 1))
         return None if allocation is None else allocation.block
 
     def install(self, index: int, allocation: Allocation) -> None:
         """Make ``allocation`` slot ``index``'s buffer."""
-        generation = self._slots[index][1].generation + 1
+        generation = self.records[index][1].generation + 1
         carver = Carver(allocation.block, self.device, allocation.start, generation)
-        self._slots[index] = (allocation, carver)
+        self.records[index] = (allocation, carver)
 
     def allocate(
         self,

@@ -183,10 +183,14 @@ class Engine:
                 planned, :data:`MAX_PLANS` times, and the transition runs ``user_code``.
         """
         spare: dict[int, Allocation] = {}  # a growth's buffers another growth overtook
+        records = self.buffers.records
         for attempt in range(MAX_PLANS + 1):
             if attempt < MAX_PLANS:
                 old = self.state
-                new, offsets, result, growth = self.plan(transition, old, *args)
+                try:  # self.plan(transition, old, *args), a call fewer on every miss
+                    new, offsets, result, growth = transition(old, *args)
+                except WorkspaceLockedError as err:
+                    raise worded(err, refused_by=self) from None
                 carver = self._install(old, new, growth, index, spare)
             elif user_code is None:  # nothing of the caller's runs: plan under the mutex
                 new, offsets, result, carver = self._plan_under_lock(transition, index, args, spare)
@@ -197,7 +201,7 @@ class Engine:
             if index is None:
                 return [], result, new, 0
             views = carver.carve(offsets, requests)  # no lock held: a torch mode may run
-            if self.buffers.current(index) is carver:
+            if records[index][1] is carver:  # still the slot's buffer
                 return views, result, new, carver.generation
         raise ReplanLimitError.for_growth(MAX_PLANS)
 
@@ -233,7 +237,7 @@ class Engine:
     def _carver(self, index: int | None) -> Carver:
         """The carver of slot ``index`` (read under the mutex, with the state); for
         ``None`` (nothing to carve), a carver of no buffer."""
-        return _NO_SLOT if index is None else self.buffers.current(index)
+        return _NO_SLOT if index is None else self.buffers.records[index][1]
 
     def _install(
         self,

@@ -325,6 +325,8 @@ class WorkspaceManager:
         if memo.dead:  # this call grew the slot: its memo was replaced
             memo = self._memos.acquired_memo(memo.index)
         memo.last = (slot, specs)  # what the pictures draw
+        if len(views) == 1:  # fresh(), unrolled here: bench_workloads' "miss, 1 view"
+            return [views[0].view(specs[0][1])]
         return fresh(views, specs)
 
     def try_get_simultaneous(
