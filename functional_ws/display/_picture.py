@@ -4,11 +4,12 @@ One computation feeds every renderer (HTML in notebooks, matplotlib for papers),
 always agree. A picture is drawn from a state plus, optionally, what a shell remembers of
 the last call per slot: the last :class:`Layout` (the views) and the last :class:`Span`.
 
-The scale. Bars are to scale, except that every view is drawn at least a minimum width
-(:func:`place`): a 256-byte view beside a 2 MiB one would otherwise be a fraction of a
-pixel wide. The views that would be narrower get the minimum, and the rest of the bar
-shares the remaining width to scale; the exact offsets and sizes are in each segment's
-``detail`` (the HTML's hover text).
+The scale. Every bar is to scale: its length is its capacity's share of the widest. Inside
+a bar, every view is drawn at least a minimum width (:func:`place`): a 256-byte view beside
+a 2 MiB one would otherwise be a fraction of a pixel wide. The views that would be narrower
+get the minimum, and the rest of the bar shares the remaining width to scale; a bar too
+short to give each of its views the minimum gives them less, never a longer bar. The exact
+offsets and sizes are in each segment's ``detail`` (the HTML's hover text).
 """
 
 from __future__ import annotations
@@ -241,8 +242,8 @@ class Placement:
     """Where a slot's segments are drawn along its bar, in the renderer's units.
 
     Attributes:
-        width: the bar's length (at least the one asked for; more when its views'
-            minimum widths need it).
+        width: the bar's length: the one asked for (the sum of the steps for a slot with
+            no bytes, whose zero-sized views are drawn at no width).
         spans: ``(x0, x1)`` per segment of the picture, in order.
         high_water: where the high-water mark is drawn.
     """
@@ -257,8 +258,10 @@ def place(picture: SlotPicture, width: float, min_view: float) -> Placement:
 
     The views that would be narrower than ``min_view`` to scale get exactly ``min_view``,
     and every other range shares what is left of ``width`` in proportion to its bytes, so
-    a bar still starts at offset 0 and ends at its capacity. A bar too short for its views
-    (``width < 2 * min_view * views``) is lengthened to that.
+    a bar still starts at offset 0 and ends at its capacity. The bar is never lengthened:
+    it stays to scale beside the others. In a bar too short for its views
+    (``width < 2 * min_view * views``) the minimum is ``width / (2 * views)`` instead, so
+    the narrow views take at most half of it.
 
     Example:
         >>> import numpy as np
@@ -268,10 +271,13 @@ def place(picture: SlotPicture, width: float, min_view: float) -> Placement:
         >>> p = slot_pictures(s, {(0, 0): layout})[0]
         >>> [(round(x0, 1), round(x1, 1)) for x0, x1 in place(p, 100, 4).spans]
         [(0.0, 96.0), (96.0, 100.0), (100.0, 100.0)]
+        >>> [(round(x0, 1), round(x1, 1)) for x0, x1 in place(p, 4, 4).spans]  # too short
+        [(0.0, 3.0), (3.0, 4.0), (4.0, 4.0)]
     """
     tiles = [i for i, s in enumerate(picture.segments) if not s.over]
     views = [i for i in tiles if picture.segments[i].kind == "view"]
-    width = max(width, 2 * min_view * len(views))
+    if views:
+        min_view = min(min_view, width / (2 * len(views)))
     sizes = {i: picture.segments[i].end - picture.segments[i].start for i in tiles}
     small: set[int] = set()
     while True:  # the narrow views only grow in number, so this ends

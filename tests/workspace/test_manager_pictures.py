@@ -6,7 +6,13 @@ import matplotlib
 import pytest
 import torch
 from IPython.lib.pretty import pretty
-from support.scenes import manager_scene, many_slots, recorded_history, tiny_beside_huge
+from support.scenes import (
+    every_dtype,
+    manager_scene,
+    many_slots,
+    recorded_history,
+    tiny_beside_huge,
+)
 
 from interop import WorkspaceLockedError, WorkspaceManager, use_workspace_ubatch
 
@@ -44,11 +50,19 @@ def test_a_manager_displays_as_itself_with_device_allocator_and_lock():
 
 
 def test_every_view_of_the_last_request_is_drawn_at_least_four_pixels_wide():
-    for ws in (tiny_beside_huge(), many_slots()):
+    """In a bar long enough to give each of its views 4 px; the bars of many_slots() stay to
+    scale, so its views in a 3 KiB slot beside 2 MiB share a bar under a pixel long."""
+    for ws in (tiny_beside_huge(), every_dtype(), many_slots()):
         html = ws._repr_html_()
         expected = sum(len(layout.specs) for layout in ws.last_layouts.values())
         widths = re.findall(r'class="fws-seg fws-view"[^>]*width:([\d.]+)px', html)
-        assert len(widths) == expected and min(map(float, widths)) >= 4
+        assert len(widths) == expected
+        for row in html.split('class="fws-row"')[1:]:
+            bar = float(re.findall(r'class="fws-bar[^"]*" data-capacity="\d+" '
+                                   r'style="width:([\d.]+)px"', row)[0])  # fmt: skip
+            views = [float(w) for w in re.findall(r'fws-view"[^>]*width:([\d.]+)px', row)]
+            least = min(4, bar / (2 * len(views))) if views else 0
+            assert all(w >= least - 0.01 for w in views), (bar, views)
         drawn = set(re.findall(r'class="fws-seg fws-view" data-dtype="([^"]+)"', html))
         keyed = set(re.findall(r'class="fws-key" data-key="[^"]+" data-dtype="([^"]+)"', html))
         assert drawn == keyed and len(drawn) >= 2
