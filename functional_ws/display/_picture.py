@@ -194,10 +194,7 @@ def _view_segments(layout: Layout, alignment: int) -> list[Segment]:
         end, padded = offset + spec.nbytes, offset + round_up(spec.nbytes, alignment)
         name = dtype_name(spec.dtype)
         shape = list(spec.shape)
-        detail = (
-            f"{name}{shape}: {exact_bytes(spec.nbytes)} at offset {offset:,} B "
-            f"(bytes {offset:,} to {end:,})"
-        )
+        detail = f"{name}{shape}: {exact_bytes(spec.nbytes)} at offset {exact_bytes(offset)}"
         segments.append(
             Segment(
                 "view", offset, end, f"{spec.dtype}{shape} @{offset}", dtype_colour(spec.dtype),
@@ -213,7 +210,7 @@ def _gap(kind: SegmentKind, start: int, end: int) -> list[Segment]:
     """A range of a fixed kind, or nothing when it is empty."""
     if end <= start:
         return []
-    detail = f"{MEANINGS[kind]}: {exact_bytes(end - start)} (bytes {start:,} to {end:,})"
+    detail = f"{MEANINGS[kind]}: {exact_bytes(end - start)} at offset {exact_bytes(start)}"
     return [Segment(kind, start, end, kind, COLOURS[kind], "", detail, (kind,))]
 
 
@@ -226,12 +223,14 @@ def _tail_segment(
         start, end = span.offset, span.offset + span.nbytes
         label = f"retained {span.key!r} ({'intact' if intact else 'clobbered'})"
         view = f"{dtype_name(span.spec.dtype)}{list(span.spec.shape)}"
-        detail = f"{label}: {view}, {exact_bytes(end - start)} at offset {start:,} B"
+        detail = f"{label}: {view}, {exact_bytes(end - start)} at offset {exact_bytes(start)}"
     elif retained is not None:
         key, start = retained
         kind, end = "retained", capacity
         label = f"retained {key!r}"
-        detail = f"{label}: from offset {start:,} B to the end ({exact_bytes(end - start)})"
+        detail = (
+            f"{label}: from offset {exact_bytes(start)} to the end ({exact_bytes(end - start)})"
+        )
     else:
         return None
     return Segment(kind, start, end, label, COLOURS[kind], "", detail, (label, kind))

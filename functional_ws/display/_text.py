@@ -93,7 +93,7 @@ def render(state: WorkspaceState, *, title: str = "WorkspaceState") -> str:
             lines.append("    retained: none")
         else:
             key, start = s.retained
-            lines.append(f"    retained: {key!r} at offset {start} ({format_bytes(start)})")
+            lines.append(f"    retained: {key!r} at offset {exact_bytes(start)}")
         keys = ", ".join(sorted(repr(k) for k in s.persistent_keys)) or "none"
         lines.append(f"    persistent keys: {keys}")
     return "\n".join(lines)

@@ -127,7 +127,7 @@ def _value_title(field: str, value: Any) -> str:
     if field in _BYTE_FIELDS and isinstance(value, int):
         return exact_bytes(value)
     if field == "retained" and value is not None:
-        return f"offset {value[1]:,} B"
+        return f"offset {exact_bytes(value[1])}"
     return repr(value)
 
 

@@ -65,4 +65,4 @@ def test_span_reads_as_key_view_offset_and_size():
 def test_a_state_pretty_prints_as_its_text():
     s, _, _ = core_scene()
     assert pretty(s) == str(s) == fws.render(s)
-    assert "retained: 'kv' at offset 1536 (1.50 KiB)" in str(s)
+    assert "retained: 'kv' at offset 1.50 KiB (1,536 B)" in str(s)

@@ -1,6 +1,7 @@
 """The manager's pictures, statistics and recorded history show what its calls did."""
 
 import re
+from html import unescape
 
 import matplotlib
 import pytest
@@ -14,6 +15,7 @@ from support.scenes import (
     tiny_beside_huge,
 )
 
+import functional_ws as fws
 from interop import WorkspaceLockedError, WorkspaceManager, use_workspace_ubatch
 
 matplotlib.use("Agg")
@@ -66,6 +68,41 @@ def test_every_view_of_the_last_request_is_drawn_at_least_four_pixels_wide():
         drawn = set(re.findall(r'class="fws-seg fws-view" data-dtype="([^"]+)"', html))
         keyed = set(re.findall(r'class="fws-key" data-key="[^"]+" data-dtype="([^"]+)"', html))
         assert drawn == keyed and len(drawn) >= 2
+
+
+def _raw_byte_counts(html: str) -> list[str]:
+    """Byte counts of 1 KiB or more in hover texts written in bytes alone, not beside the
+    binary unit the rest uses (``2.00 MiB (2,097,152 B)``), and offsets without a unit."""
+    texts = re.findall(r'title="([^"]*)"', html) + re.findall(r"<title>(.*?)</title>", html)
+    raw = []
+    for text in map(unescape, texts):
+        text = re.sub(r"\d+\.\d\d [KMGT]iB \(\d[\d,]* B\)", "<exact>", text)
+        raw += re.findall(r"\d[\d,]{3,} B\b|offset \d[\d,]*+(?! B)", text)
+    return raw
+
+
+def test_hover_texts_give_offsets_in_the_units_sizes_use():
+    """Once "at offset 2,097,152 B" beside "2.00 MiB"; now both in binary units, the exact
+    bytes in brackets."""
+    ws = tiny_beside_huge()
+    tiny_views = ws._repr_html_()
+    with ws.recording() as history:
+        ws.get_retained("sampler", (1000,), torch.float32)
+        ws.get_simultaneous(((2**19,), torch.float32))  # reaches into the span
+    pages = {
+        "tiny views": tiny_views,
+        "manager": ws._repr_html_(),
+        "state": ws.state._repr_html_(),
+        "history": history._repr_html_(),
+        "diff": fws.diff(history[1].state, history[2].state)._repr_html_(),
+        "many slots": many_slots()._repr_html_(),
+    }
+    raw = {name: _raw_byte_counts(page) for name, page in pages.items()}
+    assert raw == {name: [] for name in pages}
+    assert "int32[1]: 4 B at offset 2.00 MiB (2,097,152 B)" in unescape(tiny_views)
+    exact = r"2\.00 MiB \(2,09\d,\d{3} B\)"
+    assert re.search(rf"retained from {exact}</title>", unescape(pages["history"]))
+    assert re.search(rf'title="offset {exact}"', unescape(pages["diff"]))
 
 
 def test_a_manager_figure_is_shown_once():
