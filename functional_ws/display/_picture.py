@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal, NamedTuple
 
 from .._layout import Layout, Span
+from .._presenters import key_text
 from .._spec import round_up
 from .._state import Slot, WorkspaceState
 from ._text import exact_bytes
@@ -119,7 +120,8 @@ class SlotPicture:
         capacity, high_water: as in the state.
         segments: the ranges; those with ``over=False`` lie back to back from 0 to
             ``capacity``, in order; bands (``over=True``) come last.
-        persistent_keys: the slot's persistent keys, sorted by ``repr``.
+        persistent_keys: the slot's persistent keys as displays write them
+            (:func:`functional_ws._presenters.key_text`), sorted.
     """
 
     slot: Slot
@@ -183,7 +185,7 @@ def slot_pictures(
             tiles.extend(_gap(kind, max(start, tail.end), end))
         if tail is not None and tail.start < used:
             bands.append(dataclasses.replace(tail, end=min(tail.end, used), over=True))
-        keys = tuple(sorted(repr(k) for k in s.persistent_keys))
+        keys = tuple(sorted(map(key_text, s.persistent_keys)))
         pictures.append(SlotPicture(slot, s.capacity, s.high_water, tuple(tiles + bands), keys))
     return pictures
 
@@ -221,13 +223,13 @@ def _tail_segment(
         intact = retained == (span.key, span.offset)
         kind: SegmentKind = "retained" if intact else "clobbered"
         start, end = span.offset, span.offset + span.nbytes
-        label = f"retained {span.key!r} ({'intact' if intact else 'clobbered'})"
+        label = f"retained {key_text(span.key)} ({'intact' if intact else 'clobbered'})"
         view = f"{dtype_name(span.spec.dtype)}{list(span.spec.shape)}"
         detail = f"{label}: {view}, {exact_bytes(end - start)} at offset {exact_bytes(start)}"
     elif retained is not None:
         key, start = retained
         kind, end = "retained", capacity
-        label = f"retained {key!r}"
+        label = f"retained {key_text(key)}"
         detail = (
             f"{label}: from offset {exact_bytes(start)} to the end ({exact_bytes(end - start)})"
         )

@@ -105,6 +105,32 @@ def test_hover_texts_give_offsets_in_the_units_sizes_use():
     assert re.search(rf'title="offset {exact}"', unescape(pages["diff"]))
 
 
+def test_persistent_tensor_keys_show_the_key_the_user_wrote():
+    """``get_persistent`` keeps its tensors under ``(torch.Tensor, key)``; the displays once
+    wrote ``(<class 'torch.Tensor'>, 'p20')``. A resource of the same name stays apart."""
+    ws = WorkspaceManager("cpu")
+    with ws.recording() as history:
+        ws.get_persistent("p20", (4,), torch.float32)
+        ws.get_persistent(("moe", 3), (2,), torch.int32)
+        ws.get_persistent_resource("p20", dict)
+    d = fws.diff(history[0].state, history[-1].state)
+    texts = {
+        "manager": unescape(ws._repr_html_()),
+        "state": str(ws.state),
+        "diff": str(d),
+        "diff html": unescape(d._repr_html_()),
+        "history": unescape(history._repr_html_()),
+    }
+    wrapped = {name: "torch.Tensor" in text for name, text in texts.items()}
+    assert wrapped == dict.fromkeys(texts, False)
+    keys = "'p20', 'p20' (tensor), ('moe', 3) (tensor)"
+    assert f"3 persistent keys: {keys}" in texts["manager"]
+    assert f"persistent keys: {keys}" in texts["state"]
+    assert "persistent_keys +'p20' +'p20' (tensor) +('moe', 3) (tensor)" in texts["diff"]
+    assert f"<td>none</td><td>{keys}</td>" in texts["diff html"]
+    assert "+'p20' (tensor)" in texts["history"]
+
+
 def test_a_manager_figure_is_shown_once():
     import matplotlib.pyplot as plt
 
