@@ -72,7 +72,8 @@ class WorkspaceManager:
     """Shared scratch memory and keyed persistent resources per ``(ubatch, lane)`` slot.
 
     A drop-in for vLLM's ``WorkspaceManager``: same methods, semantics, error types and
-    message fragments, plus upstream's :meth:`reserve` and :meth:`try_get_simultaneous`.
+    message fragments, plus :meth:`reserve` and :meth:`try_get_simultaneous` as vLLM's PR
+    #42551 proposed them (closed without merging: no vLLM release has them).
     Views are carved back to back at offsets rounded up to 256 bytes; a slot grows to
     exactly the bytes needed, never shrinking, in the original's order (README:
     "Guarantees"). Each call works in the slot of the calling context: the lane of
@@ -336,7 +337,7 @@ class WorkspaceManager:
         self, *shapes_and_dtypes: tuple[tuple[int, ...], torch.dtype]
     ) -> list[torch.Tensor] | None:
         """:meth:`get_simultaneous`, but ``None`` where the workspace is locked and the
-        current slot is too small (upstream vLLM's method).
+        current slot is too small (as vLLM's unmerged PR #42551 proposed).
 
         Unlocked, it grows as :meth:`get_simultaneous` does; locked and large enough, it
         returns the same views. Nothing changes when it returns ``None``. Other errors are
@@ -456,7 +457,7 @@ class WorkspaceManager:
         slots: Iterable[tuple[int, int]] | Literal["all"] | None = None,
     ) -> None:
         """Pre-allocate room for these views, taken together, in every ubatch slot
-        (upstream vLLM's method).
+        (as vLLM's unmerged PR #42551 proposed).
 
         Sizes ONE simultaneous layout of all the pairs (each rounded up to 256 bytes, back
         to back, exactly as :meth:`get_simultaneous` lays them out) and grows each slot
