@@ -34,6 +34,7 @@ from ._strategies import shapes as shapes
 from ._strategies import slots as slots
 from ._strategies import spec_lists as spec_lists
 from ._strategies import specs as specs
+from ._strategies import traces as traces
 
 __all__ = [
     "DEFAULT_DTYPES",
@@ -47,6 +48,7 @@ __all__ = [
     "slots",
     "spec_lists",
     "specs",
+    "traces",
 ]
 
 _public.publish(__name__, globals(), __all__)
