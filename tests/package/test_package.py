@@ -28,6 +28,7 @@ FAST_PATH_NAMES = {"emptied", "fit", "layout_of", "replay_acquire", "replay_reta
 TESTING_NAMES = {
     "DEFAULT_DTYPES", "Transitions", "WorkspaceMachine", "WorkspaceModel", "dtypes", "keys",
     "register_profiles", "shapes", "slots", "spec_lists", "specs", "traces",
+    "Counterexample", "find_shortfall",
 }  # fmt: skip
 
 
