@@ -53,6 +53,8 @@ INTEROP_ERRORS_NAMES = {
     "LaneNotConfiguredError", "LazyViewError", "MisalignedViewError", "NegativeBitError",
     "NotInitializedError", "PersistentKeyLockedError", "PersistentMismatchError",
     "ShardedArrayError", "StreamDeviceError", "StreamTypeError", "UbatchNotConfiguredError",
+    # sizing (issue 32): the core's trace errors, raised by reserve_for
+    "InvalidTraceError", "TraceMismatchError", "TraceTypeError",
     "UnknownAllocatorError", "UnknownDeviceError", "UnsupportedDtypeError",
     "UnsupportedLayoutError", "UnsupportedPytreeError", "WorkspaceError",
     "WorkspaceLockedError", "X64DisabledError", "ZeroCopyError",
