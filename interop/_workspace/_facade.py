@@ -517,6 +517,43 @@ class WorkspaceManager:
         """
         self._reserve(reserve_requests(requests), slots)
 
+    def reserve_for(self, *traces: fws.Trace) -> None:
+        """Grow every slot to the worst case of ``traces``, in one growth; nothing else
+        changes.
+
+        Each slot grows to what :func:`functional_ws.worst_case` of the traces gives it
+        (the largest request any trace makes in it; with ``growth="ubatches"`` its lane's
+        ubatch slots in step); a slot that holds that much already keeps its buffer. The
+        lock, the retained spans and the persistent resources are left as they are: claim
+        the keys by running the warm-up (a trace cannot make their resources). Then
+        :func:`functional_ws.replay` of each trace on :attr:`state` reports no growth, and
+        after :meth:`lock` no request of theirs is refused for want of room.
+
+        Args:
+            *traces: one or more :class:`functional_ws.Trace` (a recording's
+                ``History.trace()``, ``Trace.from_json(...)``), made on a manager with as
+                many ubatches and lanes.
+
+        Raises:
+            WorkspaceLockedError: (``AssertionError``) locked and a slot would have to grow.
+            CapacityLimitError: (``RuntimeError``) a slot would need more than the device has.
+            TraceTypeError: (``TypeError``) an argument is not a trace.
+            TraceMismatchError: (``ValueError``) a trace names a slot this manager lacks.
+            InvalidTraceError: (``ValueError``) no trace was given.
+
+        Example:
+            >>> import torch
+            >>> from interop import WorkspaceManager
+            >>> warm = WorkspaceManager("cpu", num_ubatches=2)
+            >>> with warm.recording() as history:
+            ...     _ = warm.get_simultaneous(((1000,), torch.float32))
+            >>> fresh = WorkspaceManager("cpu", num_ubatches=2)
+            >>> fresh.reserve_for(history.trace())
+            >>> [s.capacity for s in fresh.stats().slots]
+            [4096, 0]
+        """
+        self._server.reserve_for(traces)
+
     def _reserve(self, requests: list[list[ViewSpec]], slots: Any) -> None:
         lane = 0
         if slots is None:  # the current lane's ubatch slots: the lane must exist

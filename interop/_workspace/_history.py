@@ -12,7 +12,7 @@ from collections.abc import Iterator, Sequence
 from html import escape
 from typing import Any
 
-from functional_ws import Slot, WorkspaceState, diff
+from functional_ws import Slot, Trace, TraceEvent, WorkspaceState, diff
 from functional_ws.display import counted, plot_timeline, timeline_html
 
 
@@ -20,14 +20,17 @@ from functional_ws.display import counted, plot_timeline, timeline_html
 class Record:
     """One call: what was called, in which slot, the state after it, and any error.
 
-    ``slot`` is ``None`` where the slot could not be known (the ubatch provider raised). Its
-    ``repr`` leaves the state out (print ``record.state`` for it).
+    ``slot`` is ``None`` where the slot could not be known (the ubatch provider raised).
+    ``event`` is the request as a trace holds it (:meth:`History.trace`), ``None`` for a call
+    that is no request (a lock, a reservation) or was refused for its arguments. Its
+    ``repr`` leaves the state and the event out (print ``record.state`` for it).
     """
 
     call: str
     slot: Slot | None
     state: WorkspaceState = dataclasses.field(repr=False)
     error: str | None = None
+    event: TraceEvent | None = dataclasses.field(default=None, repr=False)
 
     def __str__(self) -> str:
         outcome = f" -> {self.error}" if self.error else ""
@@ -48,6 +51,31 @@ class History(list[Record]):
         """Each call with what it changed (:func:`functional_ws.diff` of the states)."""
         for before, after in itertools.pairwise(self):
             yield after, str(diff(before.state, after.state))
+
+    def trace(self) -> Trace:
+        """The requests recorded, in order, as a :class:`functional_ws.Trace`: each
+        ``get_simultaneous``/``try_get_simultaneous``, ``get_retained`` and persistent
+        key (``get_persistent`` claims ``(torch.Tensor, key)``), served or refused for want
+        of room (locked, above the device's memory, out of memory). Calls refused for their
+        arguments are left out, and so are locks and reservations.
+
+        Size a workspace from it (:func:`functional_ws.worst_case`,
+        :meth:`interop.WorkspaceManager.reserve_for`) and check one against it
+        (:func:`functional_ws.replay`).
+
+        Example:
+            >>> import torch
+            >>> from interop import WorkspaceManager
+            >>> ws = WorkspaceManager("cpu")
+            >>> with ws.recording() as history:
+            ...     _ = ws.get_simultaneous(((100,), torch.float32), ((8,), torch.int32))
+            ...     _ = ws.get_retained(("deepseek", 3), (16,), torch.bfloat16)
+            >>> print(history.trace())
+            Trace(2 events in slot (0, 0): 1 acquire, 1 retain)
+                0  get_simultaneous(400 B float32, 32 B int32) in slot (0, 0)
+                1  get_retained(('deepseek', 3), 32 B bfloat16) in slot (0, 0)
+        """
+        return Trace(tuple(r.event for r in self if r.event is not None))
 
     def capacities(self) -> dict[Slot, list[int]]:
         """Per slot, the capacity after each recorded call (for plotting growth)."""

@@ -15,6 +15,9 @@ CORE_NAMES = {
     "WorkspaceState", "acquire", "after_failed_growth", "apply_plan", "claim", "diff",
     "display", "from_dict", "initial_state", "lock", "plot", "render", "render_html",
     "fast_paths", "reserve", "retain", "to_dict", "unlock",
+    # sizing (issue 32): traces, the worst case, a replay
+    "InvalidTraceError", "ReprKey", "Shortfall", "Trace", "TraceEvent", "TraceMismatchError",
+    "TraceTypeError", "replay", "worst_case",
 }  # fmt: skip
 DISPLAY_NAMES = {
     "COLOURS", "Segment", "SlotPicture", "counted", "dtype_colour", "exact_bytes",
@@ -24,7 +27,8 @@ DISPLAY_NAMES = {
 FAST_PATH_NAMES = {"emptied", "fit", "layout_of", "replay_acquire", "replay_retain"}
 TESTING_NAMES = {
     "DEFAULT_DTYPES", "Transitions", "WorkspaceMachine", "WorkspaceModel", "dtypes", "keys",
-    "register_profiles", "shapes", "slots", "spec_lists", "specs",
+    "register_profiles", "shapes", "slots", "spec_lists", "specs", "traces",
+    "Counterexample", "find_shortfall",
 }  # fmt: skip
 
 
@@ -49,6 +53,8 @@ INTEROP_ERRORS_NAMES = {
     "LaneNotConfiguredError", "LazyViewError", "MisalignedViewError", "NegativeBitError",
     "NotInitializedError", "PersistentKeyLockedError", "PersistentMismatchError",
     "ShardedArrayError", "StreamDeviceError", "StreamTypeError", "UbatchNotConfiguredError",
+    # sizing (issue 32): the core's trace errors, raised by reserve_for
+    "InvalidTraceError", "TraceMismatchError", "TraceTypeError",
     "UnknownAllocatorError", "UnknownDeviceError", "UnsupportedDtypeError",
     "UnsupportedLayoutError", "UnsupportedPytreeError", "WorkspaceError",
     "WorkspaceLockedError", "X64DisabledError", "ZeroCopyError",
