@@ -22,9 +22,9 @@ at the end, each cut into ``blocks``) and ``device_traces`` (what it did, in ord
 Addresses are made up: each buffer gets a range of its own (2 MiB aligned, in allocation
 order) and each view lies at its offset in it, so the pictures are the workspace's, not the
 device's. Each call is planned by the core on the state the call before it left (calls
-from several threads are drawn in the order they finished). Persistent resources do not live in the slots' buffers and are not drawn. No
-torch is needed to build one: it is plain data (dicts, lists, str, int, bool, tuples),
-which the viewer's own unpickler reads.
+from several threads are drawn in the order they finished). Persistent resources do not
+live in the slots' buffers and are not drawn. No torch is needed to build one: it is plain
+data (dicts, lists, str, int, bool, tuples), which the viewer's own unpickler reads.
 """
 
 from __future__ import annotations
