@@ -47,6 +47,9 @@ class Shortfall(Presented):
         capacity: the bytes the slot held when the request came.
         growth: what an unlocked workspace grows to serve it (``((slot, bytes), ...)``:
             with ``growth="ubatches"``, its lane's ubatch slots too); empty for a key.
+            Under ``growth="ubatches"`` a retain grows the other ubatch slots of its lane
+            that are smaller even when its own slot fits (as the manager does): that is a
+            shortfall too, with :attr:`missing` 0 and ``growth`` naming those slots.
     """
 
     index: int
@@ -86,9 +89,14 @@ def _checked_state(state: object, argname: str) -> WorkspaceState:
 def _checked_trace(trace: object, argname: str, state: WorkspaceState) -> Trace:
     """``trace``, refused when it is no trace or names a slot ``state`` does not have."""
     if not isinstance(trace, Trace):
+        hint = ""
+        if isinstance(trace, (list, tuple)) and trace and all(isinstance(t, Trace) for t in trace):
+            hint = (
+                " Pass the traces one by one: worst_case(*traces, like=...), reserve_for(*traces)."
+            )
         raise TraceTypeError(
             f"{argname} must be a functional_ws.Trace (a recording's History.trace(), "
-            f"Trace().acquire(...), Trace.from_json(...)), got {short(trace)}."
+            f"Trace().acquire(...), Trace.from_json(...)), got {short(trace)}.{hint}"
         )
     for i, event in enumerate(trace.events):
         ubatch, lane = event.slot

@@ -24,7 +24,7 @@ from ._errors import InvalidSlotError, TraceTypeError
 from ._ops import _check_key, _validated
 from ._presenters import Presented
 from ._spec import as_spec, quick_spec
-from ._state import Slot
+from ._state import Slot, field_setters
 from ._trace_events import EVENT_KINDS, TraceEvent, check_slot, dtype_label, short
 from ._trace_json import events_from_json, events_to_json
 
@@ -116,13 +116,13 @@ class Trace(Presented):
         return self._then(TraceEvent("claim", slot, (), key))
 
     def _then(self, event: TraceEvent) -> Trace:
-        return Trace((*self.events, event))
+        return _trusted((*self.events, event))
 
     def __add__(self, other: Trace) -> Trace:
         """The events of this trace, then those of ``other``."""
         if not isinstance(other, Trace):
             return NotImplemented
-        return Trace(self.events + other.events)
+        return _trusted(self.events + other.events)
 
     # ----- reading -----
 
@@ -179,3 +179,14 @@ class Trace(Presented):
             Trace(0 events)
         """
         return cls(events_from_json(text))
+
+
+_SET_EVENTS = field_setters(Trace, "events")[0]
+
+
+def _trusted(events: tuple[TraceEvent, ...]) -> Trace:
+    """``Trace(events)`` for events already checked, without checking each again: appending
+    one event to a trace of n would otherwise cost n checks, and building it n squared."""
+    trace = object.__new__(Trace)
+    _SET_EVENTS(trace, events)
+    return trace

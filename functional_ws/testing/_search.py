@@ -86,7 +86,8 @@ def find_shortfall(
             ``interop.History.trace()``).
         state: the reserved workspace.
         settings: Hypothesis settings for the search; ``None`` uses the loaded profile
-            (its example budget and seed), with no example database.
+            (its example budget and seed) with no deadline (a workload may run a model) and
+            no example database.
 
     Returns:
         ``None`` when no parameters tried need more than ``state`` holds; else the
@@ -142,7 +143,7 @@ def find_shortfall(
     def uncovered(value: P) -> bool:
         return bool(replay(state, trace_of(value)))
 
-    chosen = settings if settings is not None else hypothesis.settings(database=None)
+    chosen = settings if settings is not None else hypothesis.settings(deadline=None, database=None)
     try:
         found = find(params, uncovered, settings=chosen)
     except NoSuchExample:

@@ -274,3 +274,18 @@ def test_type_errors_are_type_errors_and_mismatches_value_errors():
     assert issubclass(fws.TraceTypeError, TypeError) and issubclass(fws.TraceTypeError, ValueError)
     assert issubclass(fws.TraceMismatchError, ValueError)
     assert not issubclass(fws.TraceMismatchError, TypeError)
+
+
+def test_a_list_of_traces_is_refused_with_the_fix():
+    with pytest.raises(fws.TraceTypeError, match=r"traces\[0\].*one by one: worst_case\(\*traces"):
+        fws.worst_case([T, T], like=S2)
+
+
+def test_under_ubatches_a_retain_that_grows_a_smaller_sibling_is_a_shortfall():
+    s = fws.apply_plan(  # ubatch slots out of step, as a plan may leave them
+        fws.initial_state(2, growth="ubatches"),
+        fws.reserve(fws.initial_state(2), [((512,), U8)], [(0, 0)])[0],
+    )[0]
+    (found,) = fws.replay(s, fws.Trace().retain((0, 0), "k", ((300,), U8)))
+    assert (found.slot, found.missing, found.growth) == ((0, 0), 0, (((1, 0), 300),))
+    assert fws.retain(s, (0, 0), "k", ((300,), U8))[1].growth == found.growth  # as the core does

@@ -275,3 +275,10 @@ def test_bad_builds_are_refused_naming_the_argument(build, error, fragments):
 def test_add_refuses_what_is_not_a_trace():
     with pytest.raises(TypeError):
         _sample() + [1]  # noqa: RUF005
+
+
+@given(traces(2, 2))
+def test_appending_builds_what_the_constructor_builds(trace):
+    again = fws.Trace(tuple(trace.events))
+    assert again == trace and hash(again) == hash(trace)
+    assert (trace + again).events == trace.events * 2

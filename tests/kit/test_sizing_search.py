@@ -102,3 +102,22 @@ def test_bad_arguments_are_type_errors_naming_them(call, fragments):
         call()
     for fragment in fragments:
         assert fragment in str(info.value), (fragment, str(info.value))
+
+
+def test_the_default_search_has_no_deadline_a_workload_may_run_a_model():
+    import time
+
+    from hypothesis import settings as hypothesis_settings
+
+    def slow_step(tokens):
+        time.sleep(0.25)  # above Hypothesis's default deadline of 200 ms
+        return fws.Trace().acquire((0, 0), ((tokens,), F16))
+
+    covering = fws.worst_case(slow_step(1000), like=fws.initial_state())
+    loaded = hypothesis_settings.get_current_profile_name()
+    hypothesis_settings.load_profile("default")  # a profile with a deadline
+    try:  # the examples that find nothing are the ones a deadline would fail
+        found = find_shortfall(st.just(1000), slow_step, covering)
+    finally:
+        hypothesis_settings.load_profile(loaded)
+    assert found is None
