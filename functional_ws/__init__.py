@@ -30,8 +30,11 @@ from ._errors import InvalidConfigError as InvalidConfigError
 from ._errors import InvalidPlanError as InvalidPlanError
 from ._errors import InvalidSlotError as InvalidSlotError
 from ._errors import InvalidSpecError as InvalidSpecError
+from ._errors import InvalidTraceError as InvalidTraceError
 from ._errors import LaneNotConfiguredError as LaneNotConfiguredError
 from ._errors import PersistentKeyLockedError as PersistentKeyLockedError
+from ._errors import TraceMismatchError as TraceMismatchError
+from ._errors import TraceTypeError as TraceTypeError
 from ._errors import UbatchNotConfiguredError as UbatchNotConfiguredError
 from ._errors import WorkspaceError as WorkspaceError
 from ._errors import WorkspaceLockedError as WorkspaceLockedError
@@ -50,11 +53,17 @@ from ._ops import retain as retain
 from ._ops import unlock as unlock
 from ._plan import from_dict as from_dict
 from ._plan import to_dict as to_dict
+from ._sizing import Shortfall as Shortfall
+from ._sizing import replay as replay
+from ._sizing import worst_case as worst_case
 from ._spec import ViewSpec as ViewSpec
 from ._state import GrowthPolicy as GrowthPolicy
 from ._state import Slot as Slot
 from ._state import SlotState as SlotState
 from ._state import WorkspaceState as WorkspaceState
+from ._trace import Trace as Trace
+from ._trace_events import ReprKey as ReprKey
+from ._trace_events import TraceEvent as TraceEvent
 from .display import plot as plot
 from .display import render as render
 from .display import render_html as render_html
@@ -69,12 +78,19 @@ __all__ = [
     "InvalidPlanError",
     "InvalidSlotError",
     "InvalidSpecError",
+    "InvalidTraceError",
     "LaneNotConfiguredError",
     "Layout",
     "PersistentKeyLockedError",
+    "ReprKey",
+    "Shortfall",
     "Slot",
     "SlotState",
     "Span",
+    "Trace",
+    "TraceEvent",
+    "TraceMismatchError",
+    "TraceTypeError",
     "UbatchNotConfiguredError",
     "ViewSpec",
     "WorkspaceError",
@@ -94,10 +110,12 @@ __all__ = [
     "rebase",
     "render",
     "render_html",
+    "replay",
     "reserve",
     "retain",
     "to_dict",
     "unlock",
+    "worst_case",
 ]
 
 _public.publish(__name__, globals(), __all__)

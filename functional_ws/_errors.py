@@ -47,6 +47,23 @@ class UbatchNotConfiguredError(WorkspaceError, RuntimeError, IndexError):
     """
 
 
+class InvalidTraceError(WorkspaceError, ValueError):
+    """A trace (:class:`functional_ws.Trace`), one of its events or its JSON text is
+    malformed. The message names the field and its value."""
+
+
+class TraceTypeError(InvalidTraceError, TypeError):
+    """An argument that should be a trace (or a state, or JSON text) is something else.
+
+    Also a ``TypeError``: the value is of the wrong kind, not out of range."""
+
+
+class TraceMismatchError(InvalidTraceError):
+    """A trace names a slot the workspace does not have: it was recorded on a workspace
+    with more ubatches or lanes. The message names the event, its slot and the
+    configuration."""
+
+
 class CapacityLimitError(WorkspaceError, RuntimeError):
     """A growth asks for more bytes than a slot can ever hold (above the capacity limit,
     which the torch shell sets to the device's total memory).
@@ -131,6 +148,9 @@ for _error in (
     InvalidConfigError,
     InvalidPlanError,
     InvalidSlotError,
+    InvalidTraceError,
+    TraceTypeError,
+    TraceMismatchError,
     LaneNotConfiguredError,
     UbatchNotConfiguredError,
     CapacityLimitError,

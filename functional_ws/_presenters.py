@@ -14,6 +14,8 @@ from typing import Any, Literal
 
 Kind = Literal["text", "html"]
 _RENDERERS: dict[tuple[type, str], Callable[[Any], str]] = {}
+#: How displays name keys, newest first: each says ``None`` for a key it does not know.
+_KEY_NAMERS: list[Callable[[Any], str | None]] = []
 
 
 def install_presenter(cls: type, kind: Kind, render: Callable[[Any], str]) -> None:
@@ -51,3 +53,38 @@ class Presented:
 
     def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
         printer.text(str(self))
+
+
+def install_key_namer(name: Callable[[Any], str | None]) -> None:
+    """Make every display name a key (persistent, retained) as ``name(key)`` says, where it
+    says something (``None``: not a key it knows). A shell that stores a user's key wrapped
+    (the torch shell keeps ``get_persistent``'s tensors under ``(torch.Tensor, key)``)
+    installs one that shows the key the user wrote; installing the same one again does
+    nothing."""
+    if name not in _KEY_NAMERS:
+        _KEY_NAMERS.insert(0, name)
+
+
+def key_text(key: object) -> str:
+    """How displays write a key: as an installed namer names it, else its ``repr``; a key
+    whose ``repr`` (or namer) raises is written as a placeholder naming its type, so that a
+    display never raises for a key.
+
+    Example:
+        >>> class Odd:
+        ...     def __repr__(self):
+        ...         raise ValueError("no")
+        >>> key_text(("kv", 3)), key_text(Odd())
+        ("('kv', 3)", '<a key of type Odd whose repr raised ValueError>')
+    """
+    for name in _KEY_NAMERS:
+        try:
+            text = name(key)
+        except Exception:
+            text = None
+        if text is not None:
+            return text
+    try:
+        return repr(key)
+    except Exception as err:
+        return f"<a key of type {type(key).__name__} whose repr raised {type(err).__name__}>"

@@ -22,8 +22,11 @@ from functional_ws import InvalidConfigError as InvalidConfigError
 from functional_ws import InvalidPlanError as InvalidPlanError
 from functional_ws import InvalidSlotError as InvalidSlotError
 from functional_ws import InvalidSpecError as InvalidSpecError
+from functional_ws import InvalidTraceError as InvalidTraceError
 from functional_ws import LaneNotConfiguredError as LaneNotConfiguredError
 from functional_ws import PersistentKeyLockedError as PersistentKeyLockedError
+from functional_ws import TraceMismatchError as TraceMismatchError
+from functional_ws import TraceTypeError as TraceTypeError
 from functional_ws import UbatchNotConfiguredError as UbatchNotConfiguredError
 from functional_ws import WorkspaceError as WorkspaceError
 from functional_ws import WorkspaceLockedError as WorkspaceLockedError
@@ -100,6 +103,7 @@ __all__ = [
     "InvalidPlanError",
     "InvalidSlotError",
     "InvalidSpecError",
+    "InvalidTraceError",
     "JaxAlreadyStartedError",
     "JaxPreallocationWarning",
     "JaxSettingError",
@@ -115,6 +119,8 @@ __all__ = [
     "ShardedArrayError",
     "StreamDeviceError",
     "StreamTypeError",
+    "TraceMismatchError",
+    "TraceTypeError",
     "UbatchNotConfiguredError",
     "UnknownAllocatorError",
     "UnknownDeviceError",

@@ -20,7 +20,10 @@ from .. import _public
 from .._diff import Change, Diff
 from .._layout import Layout, Span
 from .._presenters import install_presenter
+from .._sizing import Shortfall
 from .._state import WorkspaceState
+from .._trace import Trace
+from .._trace_events import TraceEvent
 from ._html import render_html as render_html
 from ._picture import COLOURS as COLOURS
 from ._picture import Segment as Segment
@@ -28,6 +31,7 @@ from ._picture import SlotPicture as SlotPicture
 from ._picture import dtype_colour as dtype_colour
 from ._picture import slot_pictures as slot_pictures
 from ._plot import plot as plot
+from ._sizing import event_text, shortfall_html, shortfall_text, trace_html, trace_text
 from ._text import counted as counted
 from ._text import exact_bytes as exact_bytes
 from ._text import format_bytes as format_bytes
@@ -53,6 +57,11 @@ install_presenter(Span, "html", span_html)
 install_presenter(Change, "text", change_text)
 install_presenter(Diff, "text", diff_text)
 install_presenter(Diff, "html", diff_html)
+install_presenter(Trace, "text", trace_text)
+install_presenter(Trace, "html", trace_html)
+install_presenter(TraceEvent, "text", event_text)
+install_presenter(Shortfall, "text", shortfall_text)
+install_presenter(Shortfall, "html", shortfall_html)
 
 __all__ = [
     "COLOURS",

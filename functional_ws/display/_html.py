@@ -57,8 +57,9 @@ def render_html(
 ) -> str:
     """An HTML picture of a state, with the last layout and span per slot if given.
 
-    Each slot is a horizontal bar, to scale with the largest capacity except that every
-    view is at least :data:`MIN_VIEW_PX` wide: the last layout's views (coloured by dtype),
+    Each slot is a horizontal bar, its length to scale with the largest capacity; inside
+    it, every view is at least :data:`MIN_VIEW_PX` wide (less in a bar too short to give
+    each of its views that much): the last layout's views (coloured by dtype),
     alignment padding, bytes earlier requests reached (up to the high-water mark), free
     space, and the retained span (green while intact, red once clobbered; a band under the
     views that reach into it); a black tick marks the high-water mark. Hovering a range
@@ -93,8 +94,9 @@ def render_html(
     header = f'<div class="fws-head"><b>{escape(title)}</b>: {escape(words)}</div>'
     rows = "".join(_row(p, BAR_PX * p.capacity / widest) for p in pictures)
     note = (
-        f'<div class="fws-note">Bars to scale, except that every view is drawn at least '
-        f"{MIN_VIEW_PX:g} px wide; hover a range for its exact offset and size.</div>"
+        f'<div class="fws-note">Bars to scale; inside a bar, a view narrower than '
+        f"{MIN_VIEW_PX:g} px is drawn {MIN_VIEW_PX:g} px wide (less in a bar too short for "
+        "that); hover a range for its exact offset and size.</div>"
     )
     return f'{STYLE}<div class="fws">{header}{rows}{colour_key(pictures)}{note}</div>'
 
@@ -120,7 +122,8 @@ def _row(p: SlotPicture, width: float) -> str:
     return (
         f'<div class="fws-row" data-slot="{escape(str(p.slot))}">'
         f'<span class="fws-name">slot {escape(str(p.slot))}</span>'
-        f'<div class="fws-bar{empty}" style="width:{placed.width:.2f}px">{segments}'
+        f'<div class="fws-bar{empty}" data-capacity="{p.capacity}" '
+        f'style="width:{placed.width:.2f}px">{segments}'
         f"{_high_water(p, placed)}</div>"
         f'<span class="fws-cap" title="capacity {exact_bytes(p.capacity)}, high water '
         f'{exact_bytes(p.high_water)}">{caption}</span></div>{info}'

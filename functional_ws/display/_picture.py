@@ -4,11 +4,12 @@ One computation feeds every renderer (HTML in notebooks, matplotlib for papers),
 always agree. A picture is drawn from a state plus, optionally, what a shell remembers of
 the last call per slot: the last :class:`Layout` (the views) and the last :class:`Span`.
 
-The scale. Bars are to scale, except that every view is drawn at least a minimum width
-(:func:`place`): a 256-byte view beside a 2 MiB one would otherwise be a fraction of a
-pixel wide. The views that would be narrower get the minimum, and the rest of the bar
-shares the remaining width to scale; the exact offsets and sizes are in each segment's
-``detail`` (the HTML's hover text).
+The scale. Every bar is to scale: its length is its capacity's share of the widest. Inside
+a bar, every view is drawn at least a minimum width (:func:`place`): a 256-byte view beside
+a 2 MiB one would otherwise be a fraction of a pixel wide. The views that would be narrower
+get the minimum, and the rest of the bar shares the remaining width to scale; a bar too
+short to give each of its views the minimum gives them less, never a longer bar. The exact
+offsets and sizes are in each segment's ``detail`` (the HTML's hover text).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal, NamedTuple
 
 from .._layout import Layout, Span
+from .._presenters import key_text
 from .._spec import round_up
 from .._state import Slot, WorkspaceState
 from ._text import exact_bytes
@@ -118,7 +120,8 @@ class SlotPicture:
         capacity, high_water: as in the state.
         segments: the ranges; those with ``over=False`` lie back to back from 0 to
             ``capacity``, in order; bands (``over=True``) come last.
-        persistent_keys: the slot's persistent keys, sorted by ``repr``.
+        persistent_keys: the slot's persistent keys as displays write them
+            (:func:`functional_ws._presenters.key_text`), sorted.
     """
 
     slot: Slot
@@ -182,7 +185,7 @@ def slot_pictures(
             tiles.extend(_gap(kind, max(start, tail.end), end))
         if tail is not None and tail.start < used:
             bands.append(dataclasses.replace(tail, end=min(tail.end, used), over=True))
-        keys = tuple(sorted(repr(k) for k in s.persistent_keys))
+        keys = tuple(sorted(map(key_text, s.persistent_keys)))
         pictures.append(SlotPicture(slot, s.capacity, s.high_water, tuple(tiles + bands), keys))
     return pictures
 
@@ -193,10 +196,7 @@ def _view_segments(layout: Layout, alignment: int) -> list[Segment]:
         end, padded = offset + spec.nbytes, offset + round_up(spec.nbytes, alignment)
         name = dtype_name(spec.dtype)
         shape = list(spec.shape)
-        detail = (
-            f"{name}{shape}: {exact_bytes(spec.nbytes)} at offset {offset:,} B "
-            f"(bytes {offset:,} to {end:,})"
-        )
+        detail = f"{name}{shape}: {exact_bytes(spec.nbytes)} at offset {exact_bytes(offset)}"
         segments.append(
             Segment(
                 "view", offset, end, f"{spec.dtype}{shape} @{offset}", dtype_colour(spec.dtype),
@@ -212,7 +212,7 @@ def _gap(kind: SegmentKind, start: int, end: int) -> list[Segment]:
     """A range of a fixed kind, or nothing when it is empty."""
     if end <= start:
         return []
-    detail = f"{MEANINGS[kind]}: {exact_bytes(end - start)} (bytes {start:,} to {end:,})"
+    detail = f"{MEANINGS[kind]}: {exact_bytes(end - start)} at offset {exact_bytes(start)}"
     return [Segment(kind, start, end, kind, COLOURS[kind], "", detail, (kind,))]
 
 
@@ -223,14 +223,16 @@ def _tail_segment(
         intact = retained == (span.key, span.offset)
         kind: SegmentKind = "retained" if intact else "clobbered"
         start, end = span.offset, span.offset + span.nbytes
-        label = f"retained {span.key!r} ({'intact' if intact else 'clobbered'})"
+        label = f"retained {key_text(span.key)} ({'intact' if intact else 'clobbered'})"
         view = f"{dtype_name(span.spec.dtype)}{list(span.spec.shape)}"
-        detail = f"{label}: {view}, {exact_bytes(end - start)} at offset {start:,} B"
+        detail = f"{label}: {view}, {exact_bytes(end - start)} at offset {exact_bytes(start)}"
     elif retained is not None:
         key, start = retained
         kind, end = "retained", capacity
-        label = f"retained {key!r}"
-        detail = f"{label}: from offset {start:,} B to the end ({exact_bytes(end - start)})"
+        label = f"retained {key_text(key)}"
+        detail = (
+            f"{label}: from offset {exact_bytes(start)} to the end ({exact_bytes(end - start)})"
+        )
     else:
         return None
     return Segment(kind, start, end, label, COLOURS[kind], "", detail, (label, kind))
@@ -241,8 +243,8 @@ class Placement:
     """Where a slot's segments are drawn along its bar, in the renderer's units.
 
     Attributes:
-        width: the bar's length (at least the one asked for; more when its views'
-            minimum widths need it).
+        width: the bar's length: the one asked for (the sum of the steps for a slot with
+            no bytes, whose zero-sized views are drawn at no width).
         spans: ``(x0, x1)`` per segment of the picture, in order.
         high_water: where the high-water mark is drawn.
     """
@@ -257,8 +259,10 @@ def place(picture: SlotPicture, width: float, min_view: float) -> Placement:
 
     The views that would be narrower than ``min_view`` to scale get exactly ``min_view``,
     and every other range shares what is left of ``width`` in proportion to its bytes, so
-    a bar still starts at offset 0 and ends at its capacity. A bar too short for its views
-    (``width < 2 * min_view * views``) is lengthened to that.
+    a bar still starts at offset 0 and ends at its capacity. The bar is never lengthened:
+    it stays to scale beside the others. In a bar too short for its views
+    (``width < 2 * min_view * views``) the minimum is ``width / (2 * views)`` instead, so
+    the narrow views take at most half of it.
 
     Example:
         >>> import numpy as np
@@ -268,10 +272,13 @@ def place(picture: SlotPicture, width: float, min_view: float) -> Placement:
         >>> p = slot_pictures(s, {(0, 0): layout})[0]
         >>> [(round(x0, 1), round(x1, 1)) for x0, x1 in place(p, 100, 4).spans]
         [(0.0, 96.0), (96.0, 100.0), (100.0, 100.0)]
+        >>> [(round(x0, 1), round(x1, 1)) for x0, x1 in place(p, 4, 4).spans]  # too short
+        [(0.0, 3.0), (3.0, 4.0), (4.0, 4.0)]
     """
     tiles = [i for i, s in enumerate(picture.segments) if not s.over]
     views = [i for i in tiles if picture.segments[i].kind == "view"]
-    width = max(width, 2 * min_view * len(views))
+    if views:
+        min_view = min(min_view, width / (2 * len(views)))
     sizes = {i: picture.segments[i].end - picture.segments[i].start for i in tiles}
     small: set[int] = set()
     while True:  # the narrow views only grow in number, so this ends

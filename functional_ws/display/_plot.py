@@ -32,9 +32,10 @@ def plot(
 ) -> Any:
     """Draw a state as horizontal bars, one per slot (the HTML picture's twin).
 
-    Bars are to scale, except that every view is drawn at least
-    :data:`MIN_VIEW_FRACTION` of the widest bar (the rest of its bar shares what is left,
-    so a bar still ends at its capacity); the axis is in bytes from the slot's base.
+    Bars are to scale, each ending at its capacity; inside a bar, every view is drawn at
+    least :data:`MIN_VIEW_FRACTION` of the widest bar (less in a bar too short to give each
+    of its views that much) and the rest of the bar shares what is left; the axis is in
+    bytes from the slot's base.
 
     Args:
         state: the state to draw.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .._presenters import key_text
 from .._state import WorkspaceState
 
 
@@ -93,7 +94,7 @@ def render(state: WorkspaceState, *, title: str = "WorkspaceState") -> str:
             lines.append("    retained: none")
         else:
             key, start = s.retained
-            lines.append(f"    retained: {key!r} at offset {start} ({format_bytes(start)})")
-        keys = ", ".join(sorted(repr(k) for k in s.persistent_keys)) or "none"
+            lines.append(f"    retained: {key_text(key)} at offset {exact_bytes(start)}")
+        keys = ", ".join(sorted(map(key_text, s.persistent_keys))) or "none"
         lines.append(f"    persistent keys: {keys}")
     return "\n".join(lines)

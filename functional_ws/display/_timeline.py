@@ -141,7 +141,8 @@ def timeline_html(states: Sequence[WorkspaceState], calls: Sequence[str] = ()) -
         ]
         for i in range(len(t.capacity)):
             call = calls[i] if i < len(calls) else f"state {i}"
-            retained = "" if t.retained[i] is None else f", retained from {t.retained[i]:,} B"
+            start = t.retained[i]
+            retained = "" if start is None else f", retained from {exact_bytes(start)}"
             parts.append(
                 f'<rect x="{x(i):.1f}" y="{y0}" width="{step:.1f}" height="{y1 - y0}" '
                 f'fill="transparent"><title>{i}: {escape(call)}: capacity '

@@ -10,6 +10,7 @@ from typing import Any
 
 from .._diff import Change, Diff
 from .._layout import Growth, Layout, Span
+from .._presenters import key_text
 from .._spec import round_up
 from ._picture import dtype_colour, dtype_name
 from ._text import counted, exact_bytes, format_bytes
@@ -90,7 +91,7 @@ def span_text(span: Span) -> str:
         Span 'kv' of slot (0, 0): uint8[300] @0, 300 B (alignment 256), grows slot (0, 0) to 300 B
     """
     return (
-        f"Span {span.key!r} of slot {span.slot}: {_span_view(span)} @{span.offset}, "
+        f"Span {key_text(span.key)} of slot {span.slot}: {_span_view(span)} @{span.offset}, "
         f"{format_bytes(span.nbytes)} (alignment {span.alignment}), {_growth_text(span.growth)}"
     )
 
@@ -102,7 +103,7 @@ def _span_view(span: Span) -> str:
 def span_html(span: Span) -> str:
     """A retained span as one line of HTML, exact bytes on hover."""
     return (
-        f'<div style="font:12px sans-serif"><b>Span</b> {escape(repr(span.key))} of slot '
+        f'<div style="font:12px sans-serif"><b>Span</b> {escape(key_text(span.key))} of slot '
         f"{escape(str(span.slot))}: "
         f'<span class="fws-dot" style="display:inline-block;width:10px;height:10px;'
         f'background:{dtype_colour(span.spec.dtype)}"></span>{escape(_span_view(span))} at '
@@ -119,7 +120,7 @@ def _value_text(field: str, value: Any) -> str:
         if value is None:
             return "none"
         key, start = value
-        return f"{key!r} at offset {format_bytes(start)}"
+        return f"{key_text(key)} at offset {format_bytes(start)}"
     return repr(value)
 
 
@@ -127,7 +128,7 @@ def _value_title(field: str, value: Any) -> str:
     if field in _BYTE_FIELDS and isinstance(value, int):
         return exact_bytes(value)
     if field == "retained" and value is not None:
-        return f"offset {value[1]:,} B"
+        return f"offset {exact_bytes(value[1])}"
     return repr(value)
 
 
@@ -142,8 +143,8 @@ def change_text(change: Change) -> str:
     where = "workspace" if change.slot is None else f"slot {change.slot}"
     before, after = change.before, change.after
     if change.field == "persistent_keys":
-        added = sorted(map(repr, after - before))
-        removed = sorted(map(repr, before - after))
+        added = sorted(map(key_text, after - before))
+        removed = sorted(map(key_text, before - after))
         parts = [f"+{k}" for k in added] + [f"-{k}" for k in removed]
         return f"{where}: persistent_keys {' '.join(parts)}"
     return (
@@ -165,8 +166,8 @@ def diff_html(changes: Diff) -> str:
     for c in changes:
         where = "workspace" if c.slot is None else f"slot {c.slot}"
         if c.field == "persistent_keys":
-            before = ", ".join(sorted(map(repr, c.before))) or "none"
-            after = ", ".join(sorted(map(repr, c.after))) or "none"
+            before = ", ".join(sorted(map(key_text, c.before))) or "none"
+            after = ", ".join(sorted(map(key_text, c.after))) or "none"
             cells = f"<td>{escape(before)}</td><td>{escape(after)}</td>"
         else:
             cells = "".join(

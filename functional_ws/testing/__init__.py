@@ -25,6 +25,8 @@ except ImportError as err:
 from .. import _public
 from ._model import WorkspaceModel as WorkspaceModel
 from ._profiles import register_profiles as register_profiles
+from ._search import Counterexample as Counterexample
+from ._search import find_shortfall as find_shortfall
 from ._stateful import Transitions as Transitions
 from ._stateful import WorkspaceMachine as WorkspaceMachine
 from ._strategies import DEFAULT_DTYPES as DEFAULT_DTYPES
@@ -35,13 +37,16 @@ from ._strategies import slots as slots
 from ._strategies import spec_lists as spec_lists
 from ._strategies import specs as specs
 from ._strategies import states as states
+from ._strategies import traces as traces
 
 __all__ = [
     "DEFAULT_DTYPES",
+    "Counterexample",
     "Transitions",
     "WorkspaceMachine",
     "WorkspaceModel",
     "dtypes",
+    "find_shortfall",
     "keys",
     "register_profiles",
     "shapes",
@@ -49,6 +54,7 @@ __all__ = [
     "spec_lists",
     "specs",
     "states",
+    "traces",
 ]
 
 _public.publish(__name__, globals(), __all__)

@@ -1,5 +1,5 @@
-"""Hypothesis strategies for workspace requests (shapes, dtypes, specs, slots and keys) and
-for the states the core's transitions reach.
+"""Hypothesis strategies for workspace requests (shapes, dtypes, specs, slots and keys), for
+the traces a run makes and for the states the core's transitions reach.
 
 Small sizes by default so that shrinking ends on readable examples. The core's state machine
 (:class:`functional_ws.testing.WorkspaceMachine`) draws its calls from these.
@@ -18,6 +18,7 @@ from .._errors import CapacityLimitError, PersistentKeyLockedError, WorkspaceLoc
 from .._growth import after_failed_growth, reserve
 from .._ops import acquire, claim, initial_state, lock, retain, unlock
 from .._state import GROWTH_POLICIES, MAX_SLOTS, Slot, WorkspaceState
+from .._trace import Trace
 from ._checks import check_count, check_dtype_pool, check_hashables, order_check
 
 #: NumPy dtypes with 1, 2, 4, 8 and 16 byte items.
@@ -179,6 +180,60 @@ def keys(names: Sequence[Hashable] = ("a", "b", "c")) -> st.SearchStrategy[Hasha
         'b'
     """
     return st.sampled_from(check_hashables("keys", "names", names))
+
+
+#: Keys a trace's retains and claims draw from: a str, vLLM's tuple spelling, an int.
+TRACE_KEYS: tuple[Hashable, ...] = ("a", ("deepseek", 3), 7)
+
+
+def traces(
+    num_ubatches: int = 1,
+    num_lanes: int = 1,
+    *,
+    max_events: int = 12,
+    key_pool: Sequence[Hashable] = TRACE_KEYS,
+    **kwargs: Any,
+) -> st.SearchStrategy[Trace]:
+    """Traces of a workspace with the given counts: acquires, retains and claims, mixed.
+
+    Args:
+        num_ubatches: ubatch slots of the workspace.
+        num_lanes: lanes per ubatch.
+        max_events: the most events.
+        key_pool: the keys retains and claims draw from (see :func:`keys`).
+        **kwargs: passed to :func:`specs` (``dtype_pool``, ``max_dims``, ``max_side``...).
+
+    Returns:
+        A strategy of :class:`functional_ws.Trace`, shrinking towards the empty trace.
+
+    Raises:
+        TypeError: a count is not an int, or see :func:`keys` and :func:`specs`.
+        ValueError: a count below one (``max_events`` below zero), or see :func:`keys`.
+
+    Example:
+        >>> from hypothesis import find
+        >>> find(traces(), lambda t: len(t) == 2 and t.events[1].kind == "claim")
+        Trace(2 events in slot (0, 0): 1 acquire, 1 claim)
+    """
+    check_count("traces", "max_events", max_events, floor=0)
+    where = slots(num_ubatches, num_lanes)
+    key = keys(key_pool)
+    acquire = st.tuples(st.just("acquire"), where, spec_lists(min_size=0, **kwargs))
+    retain = st.tuples(st.just("retain"), where, key, specs(**kwargs))
+    claim = st.tuples(st.just("claim"), where, key)
+    return st.lists(st.one_of(acquire, retain, claim), max_size=max_events).map(_built)
+
+
+def _built(steps: list[tuple[Any, ...]]) -> Trace:
+    trace = Trace()
+    for kind, slot, *rest in steps:
+        if kind == "acquire":
+            trace = trace.acquire(slot, *rest[0])
+        elif kind == "retain":
+            trace = trace.retain(slot, rest[0], rest[1])
+        else:
+            trace = trace.claim(slot, rest[0])
+    return trace
 
 
 #: The transitions :func:`states` draws from (sorted: a deterministic replay's order).

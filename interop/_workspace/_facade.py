@@ -69,7 +69,8 @@ class WorkspaceManager:
     """Shared scratch memory and keyed persistent resources per ``(ubatch, lane)`` slot.
 
     A drop-in for vLLM's ``WorkspaceManager``: same methods, semantics, error types and
-    message fragments, plus upstream's :meth:`reserve` and :meth:`try_get_simultaneous`.
+    message fragments, plus :meth:`reserve` and :meth:`try_get_simultaneous` as vLLM's PR
+    #42551 proposed them (closed without merging: no vLLM release has them).
     Views are carved back to back at offsets rounded up to 256 bytes; a slot grows to
     exactly the bytes needed, never shrinking, in the original's order (README:
     "Guarantees"). Each call works in the slot of the calling context: the lane of
@@ -333,7 +334,7 @@ class WorkspaceManager:
         self, *shapes_and_dtypes: tuple[tuple[int, ...], torch.dtype]
     ) -> list[torch.Tensor] | None:
         """:meth:`get_simultaneous`, but ``None`` where the workspace is locked and the
-        current slot is too small (upstream vLLM's method).
+        current slot is too small (as vLLM's unmerged PR #42551 proposed).
 
         Unlocked, it grows as :meth:`get_simultaneous` does; locked and large enough, it
         returns the same views. Nothing changes when it returns ``None``. Other errors are
@@ -441,7 +442,7 @@ class WorkspaceManager:
         slots: Iterable[tuple[int, int]] | Literal["all"] | None = None,
     ) -> None:
         """Pre-allocate room for these views, taken together, in every ubatch slot
-        (upstream vLLM's method).
+        (as vLLM's unmerged PR #42551 proposed).
 
         Sizes ONE simultaneous layout of all the pairs (each rounded up to 256 bytes, back
         to back, exactly as :meth:`get_simultaneous` lays them out) and grows each slot
@@ -500,6 +501,43 @@ class WorkspaceManager:
             [768, 768]
         """
         self._reserve(reserve_requests(requests), slots)
+
+    def reserve_for(self, *traces: fws.Trace) -> None:
+        """Grow every slot to the worst case of ``traces``, in one growth; nothing else
+        changes.
+
+        Each slot grows to what :func:`functional_ws.worst_case` of the traces gives it
+        (the largest request any trace makes in it; with ``growth="ubatches"`` its lane's
+        ubatch slots in step); a slot that holds that much already keeps its buffer. The
+        lock, the retained spans and the persistent resources are left as they are: claim
+        the keys by running the warm-up (a trace cannot make their resources). Then
+        :func:`functional_ws.replay` of each trace on :attr:`state` reports no growth, and
+        after :meth:`lock` no request of theirs is refused for want of room.
+
+        Args:
+            *traces: one or more :class:`functional_ws.Trace` (a recording's
+                ``History.trace()``, ``Trace.from_json(...)``), made on a manager with as
+                many ubatches and lanes.
+
+        Raises:
+            WorkspaceLockedError: (``AssertionError``) locked and a slot would have to grow.
+            CapacityLimitError: (``RuntimeError``) a slot would need more than the device has.
+            TraceTypeError: (``TypeError``) an argument is not a trace.
+            TraceMismatchError: (``ValueError``) a trace names a slot this manager lacks.
+            InvalidTraceError: (``ValueError``) no trace was given.
+
+        Example:
+            >>> import torch
+            >>> from interop import WorkspaceManager
+            >>> warm = WorkspaceManager("cpu", num_ubatches=2)
+            >>> with warm.recording() as history:
+            ...     _ = warm.get_simultaneous(((1000,), torch.float32))
+            >>> fresh = WorkspaceManager("cpu", num_ubatches=2)
+            >>> fresh.reserve_for(history.trace())
+            >>> [s.capacity for s in fresh.stats().slots]
+            [4096, 0]
+        """
+        self._server.reserve_for(traces)
 
     def _reserve(self, requests: list[list[ViewSpec]], slots: Any) -> None:
         lane = 0

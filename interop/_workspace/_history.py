@@ -8,26 +8,32 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import os
+import pickle
 from collections.abc import Iterator, Sequence
 from html import escape
 from typing import Any
 
-from functional_ws import Slot, WorkspaceState, diff
+from functional_ws import Slot, Trace, TraceEvent, WorkspaceState, diff
 from functional_ws.display import counted, plot_timeline, timeline_html
+from functional_ws.display._snapshot import memory_snapshot
 
 
 @dataclasses.dataclass(frozen=True)
 class Record:
     """One call: what was called, in which slot, the state after it, and any error.
 
-    ``slot`` is ``None`` where the slot could not be known (the ubatch provider raised). Its
-    ``repr`` leaves the state out (print ``record.state`` for it).
+    ``slot`` is ``None`` where the slot could not be known (the ubatch provider raised).
+    ``event`` is the request as a trace holds it (:meth:`History.trace`), ``None`` for a call
+    that is no request (a lock, a reservation) or was refused for its arguments. Its
+    ``repr`` leaves the state and the event out (print ``record.state`` for it).
     """
 
     call: str
     slot: Slot | None
     state: WorkspaceState = dataclasses.field(repr=False)
     error: str | None = None
+    event: TraceEvent | None = dataclasses.field(default=None, repr=False)
 
     def __str__(self) -> str:
         outcome = f" -> {self.error}" if self.error else ""
@@ -48,6 +54,31 @@ class History(list[Record]):
         """Each call with what it changed (:func:`functional_ws.diff` of the states)."""
         for before, after in itertools.pairwise(self):
             yield after, str(diff(before.state, after.state))
+
+    def trace(self) -> Trace:
+        """The requests recorded, in order, as a :class:`functional_ws.Trace`: each
+        ``get_simultaneous``/``try_get_simultaneous``, ``get_retained`` and persistent
+        key (``get_persistent`` claims ``(torch.Tensor, key)``), served or refused for want
+        of room (locked, above the device's memory, out of memory). Calls refused for their
+        arguments are left out, and so are locks and reservations.
+
+        Size a workspace from it (:func:`functional_ws.worst_case`,
+        :meth:`interop.WorkspaceManager.reserve_for`) and check one against it
+        (:func:`functional_ws.replay`).
+
+        Example:
+            >>> import torch
+            >>> from interop import WorkspaceManager
+            >>> ws = WorkspaceManager("cpu")
+            >>> with ws.recording() as history:
+            ...     _ = ws.get_simultaneous(((100,), torch.float32), ((8,), torch.int32))
+            ...     _ = ws.get_retained(("deepseek", 3), (16,), torch.bfloat16)
+            >>> print(history.trace())
+            Trace(2 events in slot (0, 0): 1 acquire, 1 retain)
+                0  get_simultaneous(400 B float32, 32 B int32) in slot (0, 0)
+                1  get_retained(('deepseek', 3), 32 B bfloat16) in slot (0, 0)
+        """
+        return Trace(tuple(r.event for r in self if r.event is not None))
 
     def capacities(self) -> dict[Slot, list[int]]:
         """Per slot, the capacity after each recorded call (for plotting growth)."""
@@ -82,6 +113,61 @@ class History(list[Record]):
     def plot_capacity(self) -> Any:
         """The older name of :meth:`plot`."""
         return self.plot()
+
+    def memory_snapshot(self, *, device: int = 0) -> dict[str, Any]:
+        """The recording as the dict ``torch.cuda.memory._snapshot()`` returns, which
+        torch's memory viewer draws (https://pytorch.org/memory_viz, and the readers in
+        ``torch.cuda._memory_viz``).
+
+        Each buffer a slot held is a segment of its capacity (a growth frees the old one
+        and allocates the new one); the views of each call are blocks (their alignment
+        padding drawn as rounding), alive until a later call in their slot hands out their
+        bytes or supersedes them; a request refused for want of room is an ``oom`` entry.
+        Addresses are made up (each buffer a range of its own) and persistent resources,
+        which live outside the buffers, are not drawn
+        (``functional_ws.display._snapshot`` has the details).
+
+        Args:
+            device: the device index to file it under (``1`` for a manager on ``cuda:1``).
+
+        Returns:
+            ``{"segments": [...], "device_traces": [...]}``: plain dicts, lists, str and int.
+
+        Raises:
+            ValueError: ``device`` is not an int from 0, or the history is empty.
+
+        Example:
+            >>> import torch
+            >>> from interop import WorkspaceManager
+            >>> ws = WorkspaceManager("cpu")
+            >>> with ws.recording() as history:
+            ...     _ = ws.get_simultaneous(((100,), torch.float32), ((3,), torch.int8))
+            ...     ws.lock()
+            ...     _ = ws.try_get_simultaneous(((4096,), torch.float32))
+            >>> snapshot = history.memory_snapshot()
+            >>> [e["action"] for e in snapshot["device_traces"][0]]
+            ['segment_alloc', 'alloc', 'alloc', 'oom']
+            >>> import torch.cuda._memory_viz as viz
+            >>> print(viz.trace(snapshot).splitlines()[-2])
+            raise OutOfMemoryError # 16.0KiB requested, 768.0B free in CUDA
+        """
+        return memory_snapshot(self, device=device)
+
+    def save_memory_snapshot(self, path: str | os.PathLike[str], *, device: int = 0) -> None:
+        """Write :meth:`memory_snapshot` to ``path``, pickled as torch's viewer loads it
+        (protocol 4; drop the file on https://pytorch.org/memory_viz).
+
+        Args:
+            path: the file to write (replaced if it exists).
+            device: as for :meth:`memory_snapshot`.
+
+        Raises:
+            ValueError: as :meth:`memory_snapshot` (nothing is written).
+            OSError: the file could not be written.
+        """
+        snapshot = memory_snapshot(self, device=device)
+        with open(path, "wb") as f:
+            pickle.dump(snapshot, f, protocol=4)
 
     def __str__(self) -> str:
         return "\n".join(f"{i:3d}  {r}" for i, r in enumerate(self))

@@ -5,6 +5,11 @@ the objects themselves live in a :class:`PersistentTables`, which the manager ho
 factory runs without any lock held (it may use the manager, or wait for another thread
 that does); when two threads create the same key at once, the first to finish wins and
 both get its resource.
+
+``get_persistent`` keeps its tensors under ``(torch.Tensor, key)``, in the namespace of
+``get_persistent_resource`` (as the original does); the displays name such a key as the
+user wrote it, marked ``(tensor)``: :func:`tensor_key_text`, installed when this module is
+imported.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from typing import Any, cast
 import torch
 
 from functional_ws import ViewSpec
+from functional_ws._presenters import install_key_namer, key_text
 
 from .._errors import PersistentMismatchError
 
@@ -33,6 +39,23 @@ class PersistentTables:
         """Store ``resource`` under ``key`` in slot ``index`` unless another thread stored
         one first; the resource the slot keeps."""
         return self.tables[index].setdefault(key, resource)
+
+
+def tensor_key_text(key: object) -> str | None:
+    """How displays name a key ``get_persistent`` stored: ``'p20' (tensor)`` for
+    ``(torch.Tensor, 'p20')``, not ``(<class 'torch.Tensor'>, 'p20')``; ``None`` for any
+    other key.
+
+    Example:
+        >>> tensor_key_text((torch.Tensor, ("weights", 3))), tensor_key_text(("weights", 3))
+        ("('weights', 3) (tensor)", None)
+    """
+    if type(key) is tuple and len(key) == 2 and key[0] is torch.Tensor:
+        return f"{key_text(key[1])} (tensor)"
+    return None
+
+
+install_key_namer(tensor_key_text)
 
 
 def tensor_factory(

@@ -23,6 +23,7 @@ from functional_ws import Slot
 from .._compile import run_eagerly
 from .._locks import renew_after_fork
 from ._history import History, Record
+from ._tracing import trace_event
 
 #: The public methods a recording sees.
 RECORDED = (
@@ -31,6 +32,7 @@ RECORDED = (
     "get_retained",
     "reserve",
     "reserve_many",
+    "reserve_for",
     "load_plan",
     "get_persistent_resource",
     "get_persistent",
@@ -87,17 +89,20 @@ class Recorder:
         try:
             return method(*args, **kwargs)
         except BaseException as err:  # an interrupt too: the call did not succeed
-            error = _outcome(err)
+            error = err
             raise
         finally:
             self._depth.value = depth
             if depth == 0:
                 self._record(manager, name, args, kwargs, error)
 
-    def _record(self, manager: Any, name: str, args: Any, kwargs: Any, error: str | None) -> None:
+    def _record(
+        self, manager: Any, name: str, args: Any, kwargs: Any, error: BaseException | None
+    ) -> None:
         """Append the call to every active history. The bookkeeping runs the caller's code
-        (an argument's ``repr``, the ubatch provider): whatever it raises is written in the
-        record, never raised, so recording never changes a call's result or error."""
+        (an argument's ``repr``, the ubatch provider, a key's ``__hash__``): whatever it
+        raises is written in the record (or leaves the call out of the trace), never raised,
+        so recording never changes a call's result or error."""
         try:
             call = _describe(name, args, kwargs)
         except Exception as err:
@@ -106,7 +111,12 @@ class Recorder:
             slot: Slot | None = self._current_slot()
         except Exception:
             slot = None
-        record = Record(call, slot, manager.state, error)
+        try:
+            event = trace_event(name, args, kwargs, slot, error)
+        except Exception:  # a malformed request, refused by the call itself
+            event = None
+        outcome = None if error is None else _outcome(error)
+        record = Record(call, slot, manager.state, outcome, event)
         with self._lock:
             for history in self.active:
                 history.append(record)

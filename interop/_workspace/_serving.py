@@ -108,6 +108,16 @@ class Server:
 
         self.engine.run(transition)
 
+    def reserve_for(self, traces: tuple[fws.Trace, ...]) -> None:
+        """Grow each slot to :func:`functional_ws.worst_case` of ``traces``, as a plan
+        grows them (:func:`functional_ws.apply_plan`: exact sizes, nothing else changed)."""
+
+        def transition(state: WorkspaceState) -> tuple[WorkspaceState, Sequence[int], None, Growth]:
+            new, growth = fws.apply_plan(state, fws.worst_case(*traces, like=state))
+            return new, (), None, growth
+
+        self.engine.run(transition)
+
     def apply_plan(self, plan: WorkspaceState, path: str | os.PathLike[str]) -> None:
         """Reserve what ``plan`` (read from ``path``) lists, and lock if it was locked
         (:func:`functional_ws.apply_plan`; a mismatch names the file)."""

@@ -1,5 +1,7 @@
 """Layouts, spans and diffs read well: in print, in IPython's pretty text and in HTML."""
 
+from html import escape
+
 import numpy as np
 from IPython.lib.pretty import pretty
 from support.scenes import U8, core_scene
@@ -65,4 +67,26 @@ def test_span_reads_as_key_view_offset_and_size():
 def test_a_state_pretty_prints_as_its_text():
     s, _, _ = core_scene()
     assert pretty(s) == str(s) == fws.render(s)
-    assert "retained: 'kv' at offset 1536 (1.50 KiB)" in str(s)
+    assert "retained: 'kv' at offset 1.50 KiB (1,536 B)" in str(s)
+
+
+class _UnprintableKey:
+    """A hashable key whose ``repr`` raises (a user's class with a broken ``__repr__``)."""
+
+    def __repr__(self) -> str:
+        raise ValueError("no repr")
+
+
+def test_a_key_whose_repr_raises_is_shown_as_a_placeholder():
+    """Once ``str(state)`` and ``state._repr_html_()`` raised the key's ValueError."""
+    key = _UnprintableKey()
+    s, _ = fws.acquire(fws.initial_state(), (0, 0), ((4096,), U8))
+    s = fws.claim(s, (0, 0), key)[0]
+    s, span, _ = fws.retain(s, (0, 0), key, ((300,), F32))
+    placeholder = "<a key of type _UnprintableKey whose repr raised ValueError>"
+    d = fws.diff(fws.initial_state(), s)
+    texts = [str(s), fws.render_html(s, spans={(0, 0): span}), s._repr_html_(), str(d),
+             d._repr_html_(), str(span), span._repr_html_()]  # fmt: skip
+    assert all(placeholder in text or escape(placeholder) in text for text in texts)
+    assert f"persistent keys: {placeholder}" in str(s)
+    assert f"persistent_keys +{placeholder}" in str(d)

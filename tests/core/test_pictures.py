@@ -85,16 +85,48 @@ def test_placement_keeps_every_view_at_least_the_minimum_and_the_bar_to_length(t
     assert big == pytest.approx(2**21 / p.capacity, abs=0.01 * tiny)  # the rest to scale
 
 
-def test_placement_lengthens_a_bar_too_short_for_its_views():
+def test_placement_keeps_a_bar_too_short_for_its_views_to_length():
+    """30 views cannot each be 4 wide in a bar of 50: they share half of it, and the bar
+    stays 50 long (it was once lengthened to 240, longer than larger slots' bars)."""
     s, layout = fws.acquire(fws.initial_state(), (0, 0), *[((1,), U8)] * 30)
     (p,) = slot_pictures(s, {(0, 0): layout})
     placed = place(p, 50, 4)
-    assert placed.width >= 30 * 4
-    assert all(
-        x1 - x0 >= 4
-        for (x0, x1), g in zip(placed.spans, p.segments, strict=True)
-        if g.kind == "view"
+    assert placed.width == 50 and placed.spans[-1][1] == pytest.approx(50)
+    views = [x1 - x0 for (x0, x1), g in zip(placed.spans, p.segments, strict=True)
+             if g.kind == "view"]  # fmt: skip
+    assert views == [pytest.approx(50 / 60)] * 30
+
+
+def _slots_of_6_and_8_5_kib_beside_a_large_one():
+    """Slot (1, 0): 24 views of 256 B (6 KiB); slot (2, 0): one 8.5 KiB view; slot (0, 0):
+    64 KiB. Their views' minimum widths once drew the 6 KiB slot 192 px long, longer than
+    the 8.5 KiB one at 74 px."""
+    s = fws.initial_state(num_ubatches=3)
+    s, big = fws.acquire(s, (0, 0), ((2**16,), U8))
+    s, many = fws.acquire(s, (1, 0), *[((16,), F32)] * 24)
+    s, one = fws.acquire(s, (2, 0), ((17 * 512,), U8))
+    return s, {(0, 0): big, (1, 0): many, (2, 0): one}
+
+
+def test_html_bars_stay_to_scale_when_tiny_views_are_widened():
+    s, layouts = _slots_of_6_and_8_5_kib_beside_a_large_one()
+    assert [s.capacity(slot) for slot in layouts] == [65536, 6144, 8704]
+    html = fws.render_html(s, layouts)
+    widths = [float(w) for w in re.findall(r'class="fws-bar[^"]*" data-capacity="\d+" '
+                                           r'style="width:([\d.]+)px', html)]  # fmt: skip
+    assert widths == [BAR_PX, pytest.approx(BAR_PX * 6144 / 65536, abs=0.01),
+                      pytest.approx(BAR_PX * 8704 / 65536, abs=0.01)]  # fmt: skip
+    views = [float(w) for _, w in _html_views(html)]
+    assert len(views) == 26 and min(views[1:25]) == pytest.approx(
+        BAR_PX * 6144 / 65536 / 48, abs=0.01
     )
+
+
+def test_plot_bars_stay_to_scale_when_tiny_views_are_widened():
+    s, layouts = _slots_of_6_and_8_5_kib_beside_a_large_one()
+    fig = fws.plot(s, layouts)
+    outlines = [p for p in fig.axes[0].patches if p.get_facecolor()[:3] == (1.0, 1.0, 1.0)]
+    assert sorted(p.get_width() for p in outlines) == [6144, 8704, 65536]
 
 
 def test_common_dtypes_have_distinct_colours():
@@ -115,8 +147,8 @@ def test_html_shows_header_views_keys_and_exact_bytes_on_hover():
     s, layout, span = core_scene()
     html = fws.render_html(fws.lock(s), {(0, 0): layout}, {(0, 0): span})
     assert "<b>WorkspaceState</b>: 2 ubatches x 1 lane" in html and "LOCKED" in html
-    assert 'title="float16[100]: 200 B at offset 0 B (bytes 0 to 200)"' in html
-    assert 'title="int32[3]: 12 B at offset 256 B (bytes 256 to 268)"' in html
+    assert 'title="float16[100]: 200 B at offset 0 B"' in html
+    assert 'title="int32[3]: 12 B at offset 256 B"' in html
     assert "retained &#x27;kv&#x27; (intact)" in html
     assert html.count('class="fws-row"') == 2
     assert "2.00 KiB, high water 512 B" in html and "no buffer yet" in html
@@ -130,7 +162,8 @@ def test_html_bars_are_to_scale_and_no_wider_than_their_views_need():
     s, layout, _ = core_scene()
     s, other = fws.acquire(s, (1, 0), ((256,), U8))
     html = fws.render_html(s, {(0, 0): layout, (1, 0): other})
-    widths = [float(w) for w in re.findall(r'class="fws-bar[^"]*" style="width:([\d.]+)px', html)]
+    widths = [float(w) for w in re.findall(r'class="fws-bar[^"]*" data-capacity="(?:2048|256)" '
+                                           r'style="width:([\d.]+)px', html)]  # fmt: skip
     assert widths == [BAR_PX, pytest.approx(BAR_PX * 256 / 2048)]
 
 

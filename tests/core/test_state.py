@@ -71,7 +71,7 @@ def test_text_rendering_names_everything():
     text = str(_state())
     assert "2 ubatches x 1 lane" in text and "growth 'slot'" in text and "unlocked" in text
     assert "slot (0, 0): capacity 1.00 KiB, high water 1.00 KiB, 1 growth" in text
-    assert "retained: 'kv' at offset 768" in text
+    assert "retained: 'kv' at offset 768 B" in text
     assert "persistent keys: ('scales', 3)" in text
     assert "LOCKED" in fws.render(fws.lock(_state()))
 

@@ -3,10 +3,12 @@
 A page of displays (managers of every shape in ``_scenes.py``, their bare states, their
 statistics, a recorded history, a layout, a span, a diff) is loaded in headless Chromium
 (Debian's ``chromium``; ``.ci/run`` installs it). A script in the page measures what a
-reader sees: every view element at least 2 px wide and not covered by its neighbour, a
-colour key for every dtype drawn in each display, no label wider than its range, no glyph
-outside the Basic Multilingual Plane. The screenshot is kept in ``out/browser/`` to look at.
-Without Chromium the test is skipped, except under CI (``CI`` set), where it fails.
+reader sees: every slot's bar to scale with the widest of its display, every view element
+at least 2 px wide (or its share of half a bar too short for that) and not covered by its
+neighbour, a colour key for every dtype drawn in each display, no label wider than its
+range, no glyph outside the Basic Multilingual Plane. The screenshot is kept in
+``out/browser/`` to look at. Without Chromium the test is skipped, except under CI (``CI``
+set), where it fails.
 """
 
 import html
@@ -34,16 +36,33 @@ MEASURE = """
 <pre id="fws-result"></pre>
 <script>
 (function () {
-  const r = {views: 0, narrow: [], covered: [], missing: [], cut: [], astral: [], dtypes: []};
+  const r = {views: 0, narrow: [], covered: [], missing: [], cut: [], astral: [], dtypes: [],
+             bars: 0, scale: []};
+  const inner = bar => {  // the bar's drawn length, inside its border
+    const style = getComputedStyle(bar);
+    return bar.getBoundingClientRect().width - parseFloat(style.borderLeftWidth)
+      - parseFloat(style.borderRightWidth);
+  };
   for (const block of document.querySelectorAll('.fws')) {
     const keys = new Set([...block.querySelectorAll('.fws-key[data-dtype]')]
       .map(k => k.dataset.dtype));
+    const bars = [...block.querySelectorAll('.fws-bar')].map(bar => ({
+      bar: bar, capacity: Number(bar.dataset.capacity), width: inner(bar)}));
+    const widest = bars.reduce((a, b) => (b.capacity > a.capacity ? b : a), bars[0]);
+    for (const item of bars) {
+      r.bars += 1;
+      const expected = widest.capacity ? widest.width * item.capacity / widest.capacity : 0;
+      if (!(Math.abs(item.width - expected) <= 0.5))
+        r.scale.push(item.capacity + ' B drawn ' + item.width.toFixed(2) + ' px, not '
+          + expected.toFixed(2));
+    }
     for (const bar of block.querySelectorAll('.fws-bar')) {
       const views = [...bar.querySelectorAll(':scope > .fws-view')].map(v => ({
         v: v, box: v.getBoundingClientRect()})).sort((a, b) => a.box.left - b.box.left);
+      const least = Math.min(2, inner(bar) / (2 * views.length)) - 1 / 32;  // layout units
       views.forEach((item, i) => {
         r.views += 1;
-        if (item.box.width < 2) r.narrow.push(item.v.title + ' ' + item.box.width);
+        if (item.box.width < least) r.narrow.push(item.v.title + ' ' + item.box.width);
         if (i > 0 && item.box.left < views[i - 1].box.right - 0.5) r.covered.push(item.v.title);
         if (!keys.has(item.v.dataset.dtype)) r.missing.push(item.v.dataset.dtype);
         if (!r.dtypes.includes(item.v.dataset.dtype)) r.dtypes.push(item.v.dataset.dtype);
@@ -112,6 +131,7 @@ def test_every_view_is_visible_keyed_and_the_page_stays_in_the_bmp():
     page = OUT / "displays.html"
     found = measure(_displays(), page)
     assert found["views"] >= 60  # the scenes draw that many views
+    assert found["bars"] >= 30 and found["scale"] == [], f"bars not to scale: {found['scale']}"
     assert found["narrow"] == [], f"views narrower than 2 px: {found['narrow']}"
     assert found["covered"] == [], f"views covered by their neighbours: {found['covered']}"
     assert found["missing"] == [], f"dtypes drawn without a key: {found['missing']}"
@@ -124,9 +144,12 @@ def test_every_view_is_visible_keyed_and_the_page_stays_in_the_bmp():
 
 
 def test_the_measurement_finds_what_it_looks_for(tmp_path):
-    """A page with a 1 px view, a view without a key, a cut label and an emoji fails."""
+    """A page with a 1 px view, a view without a key, a cut label, an emoji and a bar
+    longer than a larger slot's fails."""
     bad = (
-        '<div class="fws"><div class="fws-bar" style="position:relative;width:300px">'
+        '<div class="fws"><div class="fws-bar" data-capacity="8704" style="width:81px"></div>'
+        '<div class="fws-bar" data-capacity="6144" style="width:105px"></div>'
+        '<div class="fws-bar" data-capacity="1024" style="position:relative;width:300px">'
         '<div class="fws-view fws-seg" data-dtype="int32" title="thin" '
         'style="position:absolute;left:0;width:1px">x</div>'
         '<div class="fws-view fws-seg" data-dtype="float32" title="wide" '
@@ -138,3 +161,7 @@ def test_the_measurement_finds_what_it_looks_for(tmp_path):
     assert found["narrow"] == ["thin 1"] and found["covered"] == ["wide"]
     assert found["missing"] == ["float32"] and found["cut"] == ["clobbered-label-text"]
     assert set(found["astral"]) == {"1f512"}
+    assert found["scale"] == [
+        "6144 B drawn 105.00 px, not 57.18",
+        "1024 B drawn 300.00 px, not 9.53",
+    ]

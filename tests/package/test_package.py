@@ -12,9 +12,12 @@ CORE_NAMES = {
     "InvalidPlanError", "InvalidSlotError", "InvalidSpecError", "LaneNotConfiguredError",
     "Layout", "PersistentKeyLockedError", "Slot", "SlotState", "Span",
     "UbatchNotConfiguredError", "ViewSpec", "WorkspaceError", "WorkspaceLockedError",
-    "WorkspaceState", "acquire", "after_failed_growth", "apply_plan", "claim",
-    "diff", "display", "from_dict", "initial_state", "lock", "plot", "render", "render_html",
+    "WorkspaceState", "acquire", "after_failed_growth", "apply_plan", "claim", "diff",
+    "display", "from_dict", "initial_state", "lock", "plot", "render", "render_html",
     "fast_paths", "rebase", "reserve", "retain", "to_dict", "unlock",
+    # sizing (issue 32): traces, the worst case, a replay
+    "InvalidTraceError", "ReprKey", "Shortfall", "Trace", "TraceEvent", "TraceMismatchError",
+    "TraceTypeError", "replay", "worst_case",
 }  # fmt: skip
 DISPLAY_NAMES = {
     "COLOURS", "Segment", "SlotPicture", "counted", "dtype_colour", "exact_bytes",
@@ -24,7 +27,8 @@ DISPLAY_NAMES = {
 FAST_PATH_NAMES = {"fit", "layout_of", "replay_acquire", "replay_retain"}
 TESTING_NAMES = {
     "DEFAULT_DTYPES", "Transitions", "WorkspaceMachine", "WorkspaceModel", "dtypes", "keys",
-    "register_profiles", "shapes", "slots", "spec_lists", "specs", "states",
+    "register_profiles", "shapes", "slots", "spec_lists", "specs", "states", "traces",
+    "Counterexample", "find_shortfall",
 }  # fmt: skip
 
 
@@ -51,6 +55,8 @@ INTEROP_ERRORS_NAMES = {
     "NotInitializedError", "PersistentKeyLockedError", "PersistentMismatchError",
     "ReadOnlyAttributeError", "ReplanLimitError",
     "ShardedArrayError", "StreamDeviceError", "StreamTypeError", "UbatchNotConfiguredError",
+    # sizing (issue 32): the core's trace errors, raised by reserve_for
+    "InvalidTraceError", "TraceMismatchError", "TraceTypeError",
     "UnknownAllocatorError", "UnknownDeviceError", "UnsupportedDtypeError",
     "UnsupportedLayoutError", "UnsupportedPytreeError", "WorkspaceError",
     "WorkspaceLockedError", "X64DisabledError", "ZeroCopyError",

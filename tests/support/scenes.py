@@ -49,16 +49,27 @@ def tiny_beside_huge() -> WorkspaceManager:
     return ws
 
 
+DTYPES = [torch.float32, torch.bfloat16, torch.float16, torch.int32, torch.int8, torch.uint8,
+          torch.int64, torch.float64, torch.bool, torch.complex64, torch.float8_e4m3fn,
+          torch.int16]  # fmt: skip
+
+
+def every_dtype() -> WorkspaceManager:
+    """One slot: a view of every common dtype (and some without colours of their own) and
+    a zero-sized one, in a bar long enough to show each (in :func:`many_slots` the same
+    views share a bar under a pixel long, to scale beside a 2 MiB slot)."""
+    ws = WorkspaceManager("cpu")
+    ws.get_simultaneous(*[((3, 5), d) for d in DTYPES], ((0,), torch.float32))
+    return ws
+
+
 def many_slots() -> WorkspaceManager:
     """4 ubatches x 3 lanes, locked: views of every common dtype (and some without colours of
     their own), zero-sized views, forty tiny views beside a huge one, slots that never grew,
     retained spans intact and clobbered, persistent keys, long keys."""
     ws = WorkspaceManager("cpu", num_ubatches=4, num_lanes=3)
-    dtypes = [torch.float32, torch.bfloat16, torch.float16, torch.int32, torch.int8,
-              torch.uint8, torch.int64, torch.float64, torch.bool, torch.complex64,
-              torch.float8_e4m3fn, torch.int16]  # fmt: skip
     with use_workspace_ubatch(0):
-        ws.get_simultaneous(*[((3, 5), d) for d in dtypes], ((0,), torch.float32))
+        ws.get_simultaneous(*[((3, 5), d) for d in DTYPES], ((0,), torch.float32))
         ws.get_retained("sampler", (64,), torch.float32)
     with use_workspace_ubatch(1):
         ws.get_simultaneous(((1 << 21,), torch.uint8), ((4096,), torch.bfloat16))
@@ -78,6 +89,7 @@ def managers() -> dict[str, WorkspaceManager]:
     """Every manager above, by name, and one that never served a request."""
     return {
         "tiny beside huge": tiny_beside_huge(),
+        "every dtype": every_dtype(),
         "many slots, locked": many_slots(),
         "never used": WorkspaceManager("cpu", num_ubatches=2),
     }

@@ -69,6 +69,7 @@ GROWING_CALLS = [
     ("get_retained", {}, lambda ws: ws.get_retained("kv", (1 << 20,), U8)),
     ("reserve", {}, lambda ws: ws.reserve(((1 << 20,), U8))),
     ("reserve_many", {}, lambda ws: ws.reserve_many([[((1 << 20,), U8)]], slots="all")),
+    ("reserve_for", {}, lambda ws: ws.reserve_for(fws.Trace().acquire((1, 0), ((1 << 20,), U8)))),
     ("ubatches", {"growth": "ubatches"}, lambda ws: ws.get_simultaneous(((1 << 20,), U8))),
     ("load_plan", {}, None),  # the plan file is made per test
 ]

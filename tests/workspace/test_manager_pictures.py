@@ -1,13 +1,21 @@
 """The manager's pictures, statistics and recorded history show what its calls did."""
 
 import re
+from html import unescape
 
 import matplotlib
 import pytest
 import torch
 from IPython.lib.pretty import pretty
-from support.scenes import manager_scene, many_slots, recorded_history, tiny_beside_huge
+from support.scenes import (
+    every_dtype,
+    manager_scene,
+    many_slots,
+    recorded_history,
+    tiny_beside_huge,
+)
 
+import functional_ws as fws
 from interop import WorkspaceLockedError, WorkspaceManager, use_workspace_ubatch
 
 matplotlib.use("Agg")
@@ -44,14 +52,83 @@ def test_a_manager_displays_as_itself_with_device_allocator_and_lock():
 
 
 def test_every_view_of_the_last_request_is_drawn_at_least_four_pixels_wide():
-    for ws in (tiny_beside_huge(), many_slots()):
+    """In a bar long enough to give each of its views 4 px; the bars of many_slots() stay to
+    scale, so its views in a 3 KiB slot beside 2 MiB share a bar under a pixel long."""
+    for ws in (tiny_beside_huge(), every_dtype(), many_slots()):
         html = ws._repr_html_()
         expected = sum(len(layout.specs) for layout in ws.last_layouts.values())
         widths = re.findall(r'class="fws-seg fws-view"[^>]*width:([\d.]+)px', html)
-        assert len(widths) == expected and min(map(float, widths)) >= 4
+        assert len(widths) == expected
+        for row in html.split('class="fws-row"')[1:]:
+            bar = float(re.findall(r'class="fws-bar[^"]*" data-capacity="\d+" '
+                                   r'style="width:([\d.]+)px"', row)[0])  # fmt: skip
+            views = [float(w) for w in re.findall(r'fws-view"[^>]*width:([\d.]+)px', row)]
+            least = min(4, bar / (2 * len(views))) if views else 0
+            assert all(w >= least - 0.01 for w in views), (bar, views)
         drawn = set(re.findall(r'class="fws-seg fws-view" data-dtype="([^"]+)"', html))
         keyed = set(re.findall(r'class="fws-key" data-key="[^"]+" data-dtype="([^"]+)"', html))
         assert drawn == keyed and len(drawn) >= 2
+
+
+def _raw_byte_counts(html: str) -> list[str]:
+    """Byte counts of 1 KiB or more in hover texts written in bytes alone, not beside the
+    binary unit the rest uses (``2.00 MiB (2,097,152 B)``), and offsets without a unit."""
+    texts = re.findall(r'title="([^"]*)"', html) + re.findall(r"<title>(.*?)</title>", html)
+    raw = []
+    for text in map(unescape, texts):
+        text = re.sub(r"\d+\.\d\d [KMGT]iB \(\d[\d,]* B\)", "<exact>", text)
+        raw += re.findall(r"\d[\d,]{3,} B\b|offset \d[\d,]*+(?! B)", text)
+    return raw
+
+
+def test_hover_texts_give_offsets_in_the_units_sizes_use():
+    """Once "at offset 2,097,152 B" beside "2.00 MiB"; now both in binary units, the exact
+    bytes in brackets."""
+    ws = tiny_beside_huge()
+    tiny_views = ws._repr_html_()
+    with ws.recording() as history:
+        ws.get_retained("sampler", (1000,), torch.float32)
+        ws.get_simultaneous(((2**19,), torch.float32))  # reaches into the span
+    pages = {
+        "tiny views": tiny_views,
+        "manager": ws._repr_html_(),
+        "state": ws.state._repr_html_(),
+        "history": history._repr_html_(),
+        "diff": fws.diff(history[1].state, history[2].state)._repr_html_(),
+        "many slots": many_slots()._repr_html_(),
+    }
+    raw = {name: _raw_byte_counts(page) for name, page in pages.items()}
+    assert raw == {name: [] for name in pages}
+    assert "int32[1]: 4 B at offset 2.00 MiB (2,097,152 B)" in unescape(tiny_views)
+    exact = r"2\.00 MiB \(2,09\d,\d{3} B\)"
+    assert re.search(rf"retained from {exact}</title>", unescape(pages["history"]))
+    assert re.search(rf'title="offset {exact}"', unescape(pages["diff"]))
+
+
+def test_persistent_tensor_keys_show_the_key_the_user_wrote():
+    """``get_persistent`` keeps its tensors under ``(torch.Tensor, key)``; the displays once
+    wrote ``(<class 'torch.Tensor'>, 'p20')``. A resource of the same name stays apart."""
+    ws = WorkspaceManager("cpu")
+    with ws.recording() as history:
+        ws.get_persistent("p20", (4,), torch.float32)
+        ws.get_persistent(("moe", 3), (2,), torch.int32)
+        ws.get_persistent_resource("p20", dict)
+    d = fws.diff(history[0].state, history[-1].state)
+    texts = {
+        "manager": unescape(ws._repr_html_()),
+        "state": str(ws.state),
+        "diff": str(d),
+        "diff html": unescape(d._repr_html_()),
+        "history": unescape(history._repr_html_()),
+    }
+    wrapped = {name: "torch.Tensor" in text for name, text in texts.items()}
+    assert wrapped == dict.fromkeys(texts, False)
+    keys = "'p20', 'p20' (tensor), ('moe', 3) (tensor)"
+    assert f"3 persistent keys: {keys}" in texts["manager"]
+    assert f"persistent keys: {keys}" in texts["state"]
+    assert "persistent_keys +'p20' +'p20' (tensor) +('moe', 3) (tensor)" in texts["diff"]
+    assert f"<td>none</td><td>{keys}</td>" in texts["diff html"]
+    assert "+'p20' (tensor)" in texts["history"]
 
 
 def test_a_manager_figure_is_shown_once():

@@ -1,0 +1,125 @@
+"""Text and HTML for sizing: a trace, its events, and the shortfalls a replay finds.
+
+Sizes in binary units (:func:`format_bytes`), exact bytes on hover in HTML; a key whose
+``repr`` raises shows a placeholder, never an error.
+"""
+
+from __future__ import annotations
+
+from html import escape
+
+from .._sizing import Shortfall
+from .._trace import Trace
+from .._trace_events import TraceEvent, key_text
+from ._picture import dtype_colour
+from ._text import counted, exact_bytes, format_bytes
+
+#: The most events ``print(trace)`` lists and a notebook's table shows.
+SHOWN = 30
+SHOWN_HTML = 200
+_STYLE = (
+    "<style>.fws-trace{font:12px sans-serif}.fws-trace table{border-collapse:collapse}"
+    ".fws-trace td,.fws-trace th{padding:1px 8px;border-bottom:1px solid #ddd;text-align:left;"
+    "vertical-align:top}.fws-dot{display:inline-block;width:10px;height:10px;"
+    "margin-right:4px}</style>"
+)
+
+
+def event_text(event: TraceEvent) -> str:
+    """An event in words, sizes in binary units.
+
+    Example:
+        >>> from functional_ws import TraceEvent
+        >>> print(TraceEvent("acquire", (0, 0), ((8192, "bfloat16"), (40, "int32"))))
+        get_simultaneous(8.00 KiB bfloat16, 40 B int32) in slot (0, 0)
+    """
+    views = ", ".join(f"{format_bytes(n)} {dtype}" for n, dtype in event.views)
+    if event.kind == "acquire":
+        return f"get_simultaneous({views}) in slot {event.slot}"
+    if event.kind == "retain":
+        return f"get_retained({key_text(event.key)}, {views}) in slot {event.slot}"
+    return f"persistent key {key_text(event.key)} in slot {event.slot}"
+
+
+def trace_text(trace: Trace) -> str:
+    """A trace: its summary, then one line per event (the first :data:`SHOWN`).
+
+    Example:
+        >>> import numpy as np
+        >>> from functional_ws import Trace
+        >>> print(Trace().acquire((0, 0), ((100,), np.float32)).claim((1, 0), "scales"))
+        Trace(2 events in slots (0, 0), (1, 0): 1 acquire, 1 claim)
+            0  get_simultaneous(400 B float32) in slot (0, 0)
+            1  persistent key 'scales' in slot (1, 0)
+    """
+    lines = [repr(trace)]
+    lines += [f"  {i:3d}  {event_text(e)}" for i, e in enumerate(trace.events[:SHOWN])]
+    if len(trace.events) > SHOWN:
+        lines.append(f"  ... {counted(len(trace.events) - SHOWN, 'more event')}")
+    return "\n".join(lines)
+
+
+def _views_html(event: TraceEvent) -> str:
+    return ", ".join(
+        f'<span class="fws-dot" style="background:{dtype_colour(dtype)}"></span>'
+        f'<span title="{exact_bytes(n)}">{format_bytes(n)}</span> {escape(dtype)}'
+        for n, dtype in event.views
+    )
+
+
+def trace_html(trace: Trace) -> str:
+    """A trace as a table: per event its number, call, slot, views and key."""
+    rows = []
+    for i, event in enumerate(trace.events[:SHOWN_HTML]):
+        key = "" if event.kind == "acquire" else escape(key_text(event.key))
+        rows.append(
+            f"<tr><td>{i}</td><td><code>{event.call}</code></td><td>{event.slot}</td>"
+            f"<td>{_views_html(event)}</td><td>{key}</td></tr>"
+        )
+    more = len(trace.events) - SHOWN_HTML
+    tail = f"<div><i>... {counted(more, 'more event')}</i></div>" if more > 0 else ""
+    return (
+        f'{_STYLE}<div class="fws-trace"><div><b>{escape(repr(trace))}</b></div>'
+        '<div style="max-height:24em;overflow-y:auto"><table><tr><th>#</th><th>call</th>'
+        f"<th>slot</th><th>views</th><th>key</th></tr>{''.join(rows)}</table></div>{tail}</div>"
+    )
+
+
+def shortfall_text(shortfall: Shortfall) -> str:
+    """A shortfall in one line: the event, the bytes it needs and the capacity it finds.
+
+    Example:
+        >>> from functional_ws import Shortfall, TraceEvent
+        >>> event = TraceEvent("acquire", (0, 0), ((6144, "float16"),))
+        >>> print(Shortfall(3, event, 6144, 5888, (((0, 0), 6144),)))
+        event 3, get_simultaneous(6.00 KiB float16) in slot (0, 0): needs 6.00 KiB,
+          finds 5.75 KiB (256 B short)
+    """
+    head = f"event {shortfall.index}, {event_text(shortfall.event)}"
+    if shortfall.event.kind == "claim":
+        return f"{head}: a new key, which a locked workspace refuses"
+    return (
+        f"{head}: needs {format_bytes(shortfall.needed)}, finds "
+        f"{format_bytes(shortfall.capacity)} ({format_bytes(shortfall.missing)} short)"
+    )
+
+
+def shortfall_html(shortfall: Shortfall) -> str:
+    """A shortfall as one line of HTML, exact bytes on hover."""
+    head = (
+        f"<b>event {shortfall.index}</b>, <code>{shortfall.call}</code> in slot "
+        f"{shortfall.slot}: {_views_html(shortfall.event)}"
+    )
+    if shortfall.event.kind == "claim":
+        body = (
+            f"the new key {escape(key_text(shortfall.event.key))}, which a locked workspace refuses"
+        )
+    else:
+        body = (
+            f'needs <span title="{exact_bytes(shortfall.needed)}">'
+            f"{format_bytes(shortfall.needed)}</span>, finds "
+            f'<span title="{exact_bytes(shortfall.capacity)}">'
+            f"{format_bytes(shortfall.capacity)}</span> "
+            f'(<b style="color:#b00">{format_bytes(shortfall.missing)} short</b>)'
+        )
+    return f'<div style="font:12px sans-serif">{head}: {body}</div>'
