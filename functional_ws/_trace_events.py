@@ -18,7 +18,7 @@ import numpy as np
 
 from ._checks import check_int, is_int
 from ._errors import InvalidTraceError
-from ._presenters import Presented
+from ._presenters import Presented, key_text
 from ._spec import MAX_BYTES
 from ._state import Slot
 
@@ -132,14 +132,6 @@ class TraceEvent(Presented):
         if self.kind == "retain":
             return f"get_retained {key_text(self.key)}: {views} in slot {self.slot}"
         return f"persistent key {key_text(self.key)} in slot {self.slot}"
-
-
-def key_text(key: Hashable) -> str:
-    """``repr(key)``, or a placeholder when its ``repr`` raises (a display never fails)."""
-    try:
-        return repr(key)
-    except Exception as err:
-        return f"<{type(key).__name__} whose repr raised {type(err).__name__}>"
 
 
 def _check_view(view: Any, where: str) -> None:

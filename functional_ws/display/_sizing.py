@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from html import escape
 
+from .._presenters import key_text
 from .._sizing import Shortfall
 from .._trace import Trace
-from .._trace_events import TraceEvent, key_text
+from .._trace_events import TraceEvent
 from ._picture import dtype_colour
 from ._text import counted, exact_bytes, format_bytes
 

@@ -120,6 +120,8 @@ def test_persistent_tensor_keys_show_the_key_the_user_wrote():
         "diff": str(d),
         "diff html": unescape(d._repr_html_()),
         "history": unescape(history._repr_html_()),
+        "trace": str(history.trace()),
+        "trace html": unescape(history.trace()._repr_html_()),
     }
     wrapped = {name: "torch.Tensor" in text for name, text in texts.items()}
     assert wrapped == dict.fromkeys(texts, False)
@@ -129,6 +131,7 @@ def test_persistent_tensor_keys_show_the_key_the_user_wrote():
     assert "persistent_keys +'p20' +'p20' (tensor) +('moe', 3) (tensor)" in texts["diff"]
     assert f"<td>none</td><td>{keys}</td>" in texts["diff html"]
     assert "+'p20' (tensor)" in texts["history"]
+    assert "persistent key 'p20' (tensor) in slot (0, 0)" in texts["trace"]
 
 
 def test_a_manager_figure_is_shown_once():
