@@ -179,8 +179,14 @@ def test_an_interrupt_anywhere_leaves_a_manager_whose_next_call_works(case):
     points = range(1, total + 1, max(1, total // MAX_POINTS))
     for at in points:
         ws = make()
-        with pytest.raises(KeyboardInterrupt), profiled(Interrupt(at)):
-            call(ws)
+        profiler = Interrupt(at)
+        try:
+            with profiled(profiler):
+                call(ws)
+        except KeyboardInterrupt:
+            pass
+        else:  # a run may take fewer boundaries (a pool's address needs no rebasing)
+            assert profiler.points < at, f"{case}: the interrupt at point {at} was swallowed"
         problems = inconsistencies(ws)
         assert not problems, f"{case}, interrupted at point {at} of {total}: {problems}"
         again = _views(call(ws))  # the call, made again, works ...
