@@ -34,24 +34,28 @@ INTEROP_NAMES = {
     "configure_jax_for_sharing", "current_slot", "current_workspace_manager",
     "dbo_current_ubatch_id", "errors", "init_workspace_manager",
     "is_workspace_manager_initialized", "jax_call", "lock_workspace", "reserve_workspace",
-    "reset_workspace_manager", "set_ubatch_provider", "to_jax", "to_torch", "unlock_workspace",
+    "reset_workspace_manager", "set_ubatch_provider", "to_jax", "to_torch", "torch_call",
+    "unlock_workspace",
     "use_workspace_lane", "use_workspace_ubatch", "use_workspace_ubatch_id",
 }  # fmt: skip
 INTEROP_ERRORS_NAMES = {
     "AllocationDeviceError", "AllocationDtypeError", "AllocationLayoutError",
     "AllocationNegativeBitError", "AllocationNotTensorError", "AllocationOverlapError",
-    "AllocationShapeError", "AllocationSizeError", "AllocationTypeError",
-    "AllocationValueError", "AllocatorError", "AllocatorNotCallableError", "CapacityLimitError",
+    "AllocationShapeError", "AllocationSizeError", "AllocationTypeError", "AllocationValueError",
+    "AllocatorError", "AllocatorNotCallableError", "ArgumentTypeError", "CapacityLimitError",
     "ConjugateBitError", "DeletedArrayError", "DeviceNotVisibleError", "DeviceUnavailableError",
-    "FunctionNotCallableError", "GradientTrackedError", "GrowthDuringCaptureError",
-    "HandoffError", "InvalidConfigError", "InvalidPlanError", "InvalidSlotError",
-    "InvalidSpecError", "JaxAlreadyStartedError", "JaxPreallocationWarning", "JaxSettingError",
+    "FunctionNotCallableError", "GradientTrackedError", "GrowthDuringCaptureError", "HandoffError",
+    "InputModifiedError", "InputResizedError", "InputWrittenError", "InvalidConfigError",
+    "InvalidPlanError", "InvalidSlotError", "InvalidSpecError", "InvalidVmapMethodError",
+    "JaxAlreadyStartedError", "JaxPreallocationWarning", "JaxSettingError",
     "LaneNotConfiguredError", "LazyViewError", "MisalignedViewError", "NegativeBitError",
-    "NotInitializedError", "PersistentKeyLockedError", "PersistentMismatchError",
-    "ShardedArrayError", "StreamDeviceError", "StreamTypeError", "UbatchNotConfiguredError",
+    "NestedCallError", "NoGradientError", "NotInitializedError", "PersistentKeyLockedError",
+    "PersistentMismatchError", "ResultDeviceError", "ResultDtypeError", "ResultMismatchError",
+    "ResultShapeError", "ResultSpecError", "ResultStructureError", "ShardedArrayError",
+    "StreamDeviceError", "StreamTypeError", "TorchCallError", "UbatchNotConfiguredError",
     "UnknownAllocatorError", "UnknownDeviceError", "UnsupportedDtypeError",
-    "UnsupportedLayoutError", "UnsupportedPytreeError", "WorkspaceError",
-    "WorkspaceLockedError", "X64DisabledError", "ZeroCopyError",
+    "UnsupportedLayoutError", "UnsupportedPytreeError", "VmapNotAllowedError", "WorkspaceError",
+    "WorkspaceLockedError", "X64DisabledError", "ZeroCopyError"
 }  # fmt: skip
 
 
