@@ -145,6 +145,7 @@ class TorchCaller:
             name=self.name,
             in_tree=in_tree,
             in_paths=paths,
+            in_shapes=tuple(tuple(leaf.shape) for leaf in leaves),
             out_tree=out_tree,
             out_paths=out_paths,
             out_shapes=tuple(spec.shape for spec in specs),

@@ -77,6 +77,8 @@ class Signature:
     #: The structure of ``(args, kwargs)``, and each input leaf's path (``args[0]['w']``).
     in_tree: Any
     in_paths: tuple[str, ...]
+    #: Each input's shape as traced (per element: ``jax.vmap`` may add leading axes).
+    in_shapes: tuple[tuple[int, ...], ...]
     #: The structure of the results, each result's path, shape and torch dtype.
     out_tree: Any
     out_paths: tuple[str, ...]
@@ -115,17 +117,30 @@ def _call_fn(fn: Callable[..., Any], sig: Signature, tensors: list[torch.Tensor]
         _local.active = False
 
 
-def _results(sig: Signature, returned: Any) -> list[torch.Tensor]:
-    """``returned`` flattened, after checking it is what ``sig`` promised (nothing written)."""
+def _batch_shape(sig: Signature, tensors: list[torch.Tensor]) -> tuple[int, ...]:
+    """The leading axes ``jax.vmap`` added to this call (``"expand_dims"`` and
+    ``"broadcast_all"``), broadcast over the inputs; ``()`` unmapped or ``"sequential"``."""
+    found = [
+        tuple(tensor.shape[: tensor.dim() - len(shape)])
+        for tensor, shape in zip(tensors, sig.in_shapes, strict=True)
+        if tensor.dim() > len(shape)
+    ]
+    return tuple(torch.broadcast_shapes(*found)) if found else ()
+
+
+def _results(sig: Signature, returned: Any, batch: tuple[int, ...]) -> list[torch.Tensor]:
+    """``returned`` flattened, after checking it is what ``sig`` promised, with the leading
+    axes ``batch`` (no output is written before this)."""
     leaves, tree = jax.tree_util.tree_flatten(returned)
     if tree != sig.out_tree:
         raise ResultStructureError(
             f"torch_call: {sig.name} returned a result of structure {tree}, but "
             f"result_shape_dtypes promised {sig.out_tree}. No output was written."
         )
-    for path, leaf, shape, dtype in zip(
+    for path, leaf, unbatched, dtype in zip(
         sig.out_paths, leaves, sig.out_shapes, sig.out_dtypes, strict=True
     ):
+        shape = batch + unbatched
         if not isinstance(leaf, torch.Tensor):
             raise ResultStructureError(
                 f"torch_call: {sig.name} returned {type(leaf).__name__} at result{path}, "
@@ -193,7 +208,7 @@ def run_forward(
     with torch.no_grad():
         returned = _call_fn(fn, sig, tensors)
     _check_inputs(sig, tensors, layouts)
-    results = _results(sig, returned)
+    results = _results(sig, returned, _batch_shape(sig, tensors))
     _check_devices(sig, results, device)
     return results
 
@@ -224,23 +239,15 @@ def run_backward(
     with torch.enable_grad():
         returned = _call_fn(fn, sig, tensors)
     _check_inputs(sig, tensors, layouts)
-    results = _results(sig, returned)
+    results = _results(sig, returned, _batch_shape(sig, tensors))
     _check_devices(sig, results, device)
-    outputs, grad_outputs = [], []
+    outputs, grad_outputs, cut = [], [], []
     for index, result in enumerate(results):
         if not (result.is_floating_point() or result.is_complex()):
             continue
         cotangent = cotangents.get(index)
         if result.grad_fn is None and not result.requires_grad:
-            if cotangent is not None and bool(cotangent.any()):
-                raise NoGradientError(
-                    f"torch_call: result{sig.out_paths[index]} of {sig.name} has no "
-                    "autograd history (torch.no_grad() or detach() inside the function, "
-                    "or a kernel without a backward), but JAX differentiates it with a "
-                    "nonzero cotangent: its gradient would be silently dropped. Make it "
-                    "differentiable in torch, or apply jax.lax.stop_gradient to that "
-                    "result in JAX if no gradient should flow through it."
-                )
+            cut.append((index, cotangent))
             continue
         if cotangent is None:
             cotangent = torch.zeros_like(result)
@@ -252,7 +259,6 @@ def run_backward(
     grads: Sequence[torch.Tensor | None] = [None] * len(inputs)
     if outputs:
         grads = torch.autograd.grad(outputs, inputs, grad_outputs, allow_unused=True)
-    found = []
     for index, grad in zip(wanted, grads, strict=True):
         if grad is None:
             raise NoGradientError(
@@ -263,8 +269,17 @@ def run_backward(
                 "that may hide a cut graph. If its gradient is zero on purpose, pass it "
                 "through jax.lax.stop_gradient in JAX."
             )
-        found.append(grad.conj() if grad.is_complex() else grad)
-    return found
+    for index, cotangent in cut:  # every input is connected: is a result cut off?
+        if cotangent is not None and bool(cotangent.any()):
+            raise NoGradientError(
+                f"torch_call: result{sig.out_paths[index]} of {sig.name} has no autograd "
+                "history (torch.no_grad() or detach() inside the function, or a kernel "
+                "without a backward), but JAX differentiates it with a nonzero "
+                "cotangent: its gradient would be silently dropped. Make it "
+                "differentiable in torch, or apply jax.lax.stop_gradient to that result "
+                "in JAX if no gradient should flow through it."
+            )
+    return [grad.conj() if grad.is_complex() else grad for grad in grads]  # type: ignore[union-attr]
 
 
 # ----- failures -----
