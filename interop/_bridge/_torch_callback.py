@@ -125,7 +125,7 @@ def _batch_shape(sig: Signature, tensors: list[torch.Tensor]) -> tuple[int, ...]
         for tensor, shape in zip(tensors, sig.in_shapes, strict=True)
         if tensor.dim() > len(shape)
     ]
-    return tuple(torch.broadcast_shapes(*found)) if found else ()
+    return tuple(torch.broadcast_shapes(*found)) if found else ()  # type: ignore[no-untyped-call]
 
 
 def _results(sig: Signature, returned: Any, batch: tuple[int, ...]) -> list[torch.Tensor]:
@@ -259,6 +259,7 @@ def run_backward(
     grads: Sequence[torch.Tensor | None] = [None] * len(inputs)
     if outputs:
         grads = torch.autograd.grad(outputs, inputs, grad_outputs, allow_unused=True)
+    found = []
     for index, grad in zip(wanted, grads, strict=True):
         if grad is None:
             raise NoGradientError(
@@ -269,6 +270,7 @@ def run_backward(
                 "that may hide a cut graph. If its gradient is zero on purpose, pass it "
                 "through jax.lax.stop_gradient in JAX."
             )
+        found.append(grad.conj() if grad.is_complex() else grad)
     for index, cotangent in cut:  # every input is connected: is a result cut off?
         if cotangent is not None and bool(cotangent.any()):
             raise NoGradientError(
@@ -279,7 +281,7 @@ def run_backward(
                 "differentiable in torch, or apply jax.lax.stop_gradient to that result "
                 "in JAX if no gradient should flow through it."
             )
-    return [grad.conj() if grad.is_complex() else grad for grad in grads]  # type: ignore[union-attr]
+    return found
 
 
 # ----- failures -----
