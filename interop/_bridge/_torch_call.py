@@ -78,12 +78,14 @@ class TorchCaller:
         self.jitted = jax.jit(self._trace)
 
     def __call__(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        _torch_callback.refuse_nested(f"torch_call({self.name})")
-        for leaf in jax.tree_util.tree_leaves((args, kwargs)):
-            if type(leaf) is not _ArrayImpl:
-                self._check_leaf(leaf, args, kwargs)
+        if _torch_callback.inside():
+            _torch_callback.refuse_nested(f"torch_call({self.name})")
+        if kwargs or not all(type(arg) is _ArrayImpl for arg in args):  # else: all checked
+            for leaf in jax.tree_util.tree_leaves((args, kwargs)):
+                if type(leaf) is not _ArrayImpl:
+                    self._check_leaf(leaf, args, kwargs)
         try:
-            return self.jitted(args, kwargs)
+            return self.jitted(*args, **kwargs)
         except NotImplementedError as err:
             if self.vmap_method is None and "vmap_method" in str(err):
                 raise VmapNotAllowedError(
@@ -132,7 +134,7 @@ class TorchCaller:
 
     # ----- at trace time -----
 
-    def _trace(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    def _trace(self, *args: Any, **kwargs: Any) -> Any:
         with_paths, in_tree = jax.tree_util.tree_flatten_with_path((args, kwargs))
         paths = tuple(_input_path(path) for path, _ in with_paths)
         leaves = [leaf for _, leaf in with_paths]
@@ -150,6 +152,7 @@ class TorchCaller:
             out_paths=out_paths,
             out_shapes=tuple(spec.shape for spec in specs),
             out_dtypes=tuple(TORCH_DTYPES[np.dtype(spec.dtype)] for spec in specs),
+            mapped=self.vmap_method is not None,
         )
         results = _differentiable(self.fn, sig, specs, self.vmap_method)(*leaves)
         return jax.tree_util.tree_unflatten(out_tree, results)

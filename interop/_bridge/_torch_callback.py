@@ -23,6 +23,7 @@ While it runs ``fn``, :func:`inside` is true on that thread, and ``jax_call`` an
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import re
 import threading
@@ -84,6 +85,19 @@ class Signature:
     out_paths: tuple[str, ...]
     out_shapes: tuple[tuple[int, ...], ...]
     out_dtypes: tuple[torch.dtype, ...]
+    #: Whether ``jax.vmap`` may add leading axes (a ``vmap_method`` other than ``None``).
+    mapped: bool = False
+
+    @functools.cached_property
+    def positional(self) -> bool:
+        """Whether the arguments are plain positional arrays (``fn(*tensors)``)."""
+        count = len(self.in_paths)
+        return bool(self.in_tree == jax.tree_util.tree_structure(((0,) * count, {})))
+
+    @functools.cached_property
+    def single(self) -> bool:
+        """Whether the result is one array (not a pytree of them)."""
+        return bool(self.out_tree == jax.tree_util.tree_structure(0))
 
 
 # ----- running fn -----
@@ -109,9 +123,11 @@ def refuse_nested(where: str) -> None:
 
 
 def _call_fn(fn: Callable[..., Any], sig: Signature, tensors: list[torch.Tensor]) -> Any:
-    args, kwargs = jax.tree_util.tree_unflatten(sig.in_tree, tensors)
     _local.active = True
     try:
+        if sig.positional:
+            return fn(*tensors)
+        args, kwargs = jax.tree_util.tree_unflatten(sig.in_tree, tensors)
         return fn(*args, **kwargs)
     finally:
         _local.active = False
@@ -120,6 +136,8 @@ def _call_fn(fn: Callable[..., Any], sig: Signature, tensors: list[torch.Tensor]
 def _batch_shape(sig: Signature, tensors: list[torch.Tensor]) -> tuple[int, ...]:
     """The leading axes ``jax.vmap`` added to this call (``"expand_dims"`` and
     ``"broadcast_all"``), broadcast over the inputs; ``()`` unmapped or ``"sequential"``."""
+    if not sig.mapped:
+        return ()
     found = [
         tuple(tensor.shape[: tensor.dim() - len(shape)])
         for tensor, shape in zip(tensors, sig.in_shapes, strict=True)
@@ -128,10 +146,15 @@ def _batch_shape(sig: Signature, tensors: list[torch.Tensor]) -> tuple[int, ...]
     return tuple(torch.broadcast_shapes(*found)) if found else ()  # type: ignore[no-untyped-call]
 
 
-def _results(sig: Signature, returned: Any, batch: tuple[int, ...]) -> list[torch.Tensor]:
+def _results(
+    sig: Signature, returned: Any, batch: tuple[int, ...], device: torch.device
+) -> list[torch.Tensor]:
     """``returned`` flattened, after checking it is what ``sig`` promised, with the leading
-    axes ``batch`` (no output is written before this)."""
-    leaves, tree = jax.tree_util.tree_flatten(returned)
+    axes ``batch``, on ``device`` (no output is written before this)."""
+    if sig.single and type(returned) is torch.Tensor:
+        leaves, tree = [returned], sig.out_tree
+    else:
+        leaves, tree = jax.tree_util.tree_flatten(returned)
     if tree != sig.out_tree:
         raise ResultStructureError(
             f"torch_call: {sig.name} returned a result of structure {tree}, but "
@@ -159,17 +182,13 @@ def _results(sig: Signature, returned: Any, batch: tuple[int, ...]) -> list[torc
                 f"torch_call: {sig.name} returned shape {tuple(leaf.shape)} at "
                 f"result{path}, expected {shape} ({dtype}). No output was written."
             )
-    return leaves
-
-
-def _check_devices(sig: Signature, results: list[torch.Tensor], device: torch.device) -> None:
-    for path, leaf in zip(sig.out_paths, results, strict=True):
         if leaf.device != device:
             raise ResultDeviceError(
                 f"torch_call: {sig.name} returned a tensor on {leaf.device} at "
                 f"result{path}, expected {device}, where XLA's output buffer is (the "
                 "inputs' device). No output was written."
             )
+    return leaves
 
 
 def _check_inputs(
@@ -203,14 +222,12 @@ def _layouts(tensors: list[torch.Tensor]) -> list[tuple[Any, ...]]:
 def run_forward(
     fn: Callable[..., Any], sig: Signature, tensors: list[torch.Tensor], device: torch.device
 ) -> list[torch.Tensor]:
-    """Call ``fn`` on ``tensors`` (no autograd), check its inputs and results; the results."""
+    """Call ``fn`` on ``tensors``, check its inputs and results; the results. The caller
+    turns autograd off (``fn``'s own parameters would otherwise record a graph)."""
     layouts = _layouts(tensors)
-    with torch.no_grad():
-        returned = _call_fn(fn, sig, tensors)
+    returned = _call_fn(fn, sig, tensors)
     _check_inputs(sig, tensors, layouts)
-    results = _results(sig, returned, _batch_shape(sig, tensors))
-    _check_devices(sig, results, device)
-    return results
+    return _results(sig, returned, _batch_shape(sig, tensors), device)
 
 
 def run_backward(
@@ -239,8 +256,7 @@ def run_backward(
     with torch.enable_grad():
         returned = _call_fn(fn, sig, tensors)
     _check_inputs(sig, tensors, layouts)
-    results = _results(sig, returned, _batch_shape(sig, tensors))
-    _check_devices(sig, results, device)
+    results = _results(sig, returned, _batch_shape(sig, tensors), device)
     outputs, grad_outputs, cut = [], [], []
     for index, result in enumerate(results):
         if not (result.is_floating_point() or result.is_complex()):
@@ -352,15 +368,11 @@ def _on_xla_stream(ctx: Any, device: torch.device) -> Any:
     return torch.cuda.stream(stream)
 
 
-def _buffer_tensor(buffer: Any) -> torch.Tensor:
-    return _from_capsule(buffer.__dlpack__())
-
-
 def _write(targets: list[torch.Tensor], values: list[torch.Tensor]) -> None:
-    """Each value into its output buffer, in place (every value was checked first)."""
-    with torch.no_grad():
-        for target, value in zip(targets, values, strict=True):
-            target.copy_(value)
+    """Each value into its output buffer, in place (every value was checked first; the
+    caller turns autograd off)."""
+    for target, value in zip(targets, values, strict=True):
+        target.copy_(value)
 
 
 def forward_buffers(fn: Callable[..., Any], sig: Signature) -> Callable[..., None]:
@@ -368,15 +380,16 @@ def forward_buffers(fn: Callable[..., Any], sig: Signature) -> Callable[..., Non
 
     def callback(ctx: Any, outs: Sequence[Any], *ins: Any) -> None:
         try:
-            targets = [_buffer_tensor(b) for b in outs]
-            tensors = [_buffer_tensor(b) for b in ins]
+            targets = [_from_capsule(b.__dlpack__()) for b in outs]
+            tensors = [_from_capsule(b.__dlpack__()) for b in ins]
             device = (targets or tensors)[0].device if targets or tensors else _CPU
             ordered = _on_xla_stream(ctx, device)
-            if ordered is None:
-                _write(targets, run_forward(fn, sig, tensors, device))
-            else:  # pragma: no cover - CUDA: benchmarks/gpu_check.py
-                with ordered:
+            with torch.no_grad():
+                if ordered is None:
                     _write(targets, run_forward(fn, sig, tensors, device))
+                else:  # pragma: no cover - CUDA: benchmarks/gpu_check.py
+                    with ordered:
+                        _write(targets, run_forward(fn, sig, tensors, device))
         except Exception as err:
             _fail(sig, err)
 
@@ -392,8 +405,8 @@ def backward_buffers(
 
     def callback(ctx: Any, outs: Sequence[Any], *ins: Any) -> None:
         try:
-            targets = [_buffer_tensor(b) for b in outs]
-            tensors = [_buffer_tensor(b) for b in ins]
+            targets = [_from_capsule(b.__dlpack__()) for b in outs]
+            tensors = [_from_capsule(b.__dlpack__()) for b in ins]
             device = targets[0].device
             ordered = _on_xla_stream(ctx, device)
             primals, cts = tensors[:count], dict(zip(cotangent_of, tensors[count:], strict=True))
@@ -439,7 +452,8 @@ def forward_host(fn: Callable[..., Any], sig: Signature) -> Callable[..., Any]:
     def callback(*arrays: Any) -> tuple[np.ndarray[Any, Any], ...]:
         try:
             tensors = [_host_tensor(a) for a in arrays]
-            return tuple(map(_host_array, run_forward(fn, sig, tensors, _CPU)))
+            with torch.no_grad():
+                return tuple(map(_host_array, run_forward(fn, sig, tensors, _CPU)))
         except Exception as err:
             _fail(sig, err)
 
