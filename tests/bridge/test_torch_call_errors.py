@@ -112,6 +112,8 @@ CHANGED = [
     ("resize", lambda x: x.resize_(2), errors.InputResizedError,
      r"resized input args\[0\].*shape \(4,\).*now shape \(2,\)"),
     ("set", lambda x: x.set_(torch.zeros(4)), errors.InputResizedError, "other memory"),
+    ("as-strided", lambda x: x.as_strided_((2,), (2,)), errors.InputResizedError,
+     r"now shape \(2,\)"),
 ]  # fmt: skip
 
 
