@@ -135,9 +135,8 @@ def _call_fn(fn: Callable[..., Any], sig: Signature, tensors: list[torch.Tensor]
 
 def _batch_shape(sig: Signature, tensors: list[torch.Tensor]) -> tuple[int, ...]:
     """The leading axes ``jax.vmap`` added to this call (``"expand_dims"`` and
-    ``"broadcast_all"``), broadcast over the inputs; ``()`` unmapped or ``"sequential"``."""
-    if not sig.mapped:
-        return ()
+    ``"broadcast_all"``), broadcast over the inputs; ``()`` for ``"sequential"``. Asked
+    only where ``sig.mapped``."""
     found = [
         tuple(tensor.shape[: tensor.dim() - len(shape)])
         for tensor, shape in zip(tensors, sig.in_shapes, strict=True)
@@ -152,6 +151,12 @@ def _results(
     """``returned`` flattened, after checking it is what ``sig`` promised, with the leading
     axes ``batch``, on ``device`` (no output is written before this)."""
     if sig.single and type(returned) is torch.Tensor:
+        if (
+            returned.dtype is sig.out_dtypes[0]
+            and returned.shape == batch + sig.out_shapes[0]
+            and returned.device == device
+        ):
+            return [returned]  # as promised: the common case, checked in one expression
         leaves, tree = [returned], sig.out_tree
     else:
         leaves, tree = jax.tree_util.tree_flatten(returned)
@@ -191,43 +196,45 @@ def _results(
     return leaves
 
 
-def _check_inputs(
-    sig: Signature, tensors: list[torch.Tensor], layouts: list[tuple[Any, ...]]
+def _snapshot(tensors: list[torch.Tensor]) -> list[tuple[Any, ...]]:
+    """What ``fn`` must not change about its inputs. Every in-place operation (a write, and
+    ``resize_``, ``set_``, ``as_strided_``: measured on torch 2.13) bumps the version."""
+    return [(_version(t), t.data_ptr(), t.shape) for t in tensors]
+
+
+def _refuse_changed(
+    sig: Signature, tensors: list[torch.Tensor], before: list[tuple[Any, ...]]
 ) -> None:
-    """Refuse a call whose ``fn`` changed an input: resized it, re-pointed it, wrote it."""
-    for path, tensor, (pointer, shape, stride, version) in zip(
-        sig.in_paths, tensors, layouts, strict=True
-    ):
-        if tensor.data_ptr() != pointer or tensor.shape != shape or tensor.stride() != stride:
-            raise InputResizedError(
+    """Raise for the first input ``fn`` changed (resized, re-pointed, or wrote into)."""
+    for path, tensor, (version, pointer, shape) in zip(sig.in_paths, tensors, before, strict=True):
+        if tensor.data_ptr() != pointer or tensor.shape != shape or not tensor.is_contiguous():
+            raise InputResizedError(  # XLA's buffers are dense: the input was contiguous
                 f"torch_call: {sig.name} resized input {path} or pointed it at other memory "
                 f"(resize_, set_, as_strided_): it was shape {tuple(shape)} at "
                 f"{pointer:#x}, it is now shape {tuple(tensor.shape)} at "
                 f"{tensor.data_ptr():#x}. Input tensors alias XLA's buffers and must keep "
                 "their shape and memory; work on a copy (input.clone()) or a new view."
             )
-        if version is not None and _version(tensor) != version:
+        if _version(tensor) != version:
             raise InputWrittenError(
                 f"torch_call: {sig.name} wrote into input {path} in place. Inputs alias "
-                "XLA's buffers, which JAX takes as immutable: the JAX array passed in (and "
-                "anything sharing its buffer) now holds the written values. Write into a "
-                "copy (input.clone()) instead, or return the new values as a result."
+                "XLA's buffers, which JAX takes as immutable: through buffer_callback the "
+                "JAX array passed in (and anything sharing its buffer) now holds the written "
+                "values. Write into a copy (input.clone()) instead, or return the new values "
+                "as a result."
             )
-
-
-def _layouts(tensors: list[torch.Tensor]) -> list[tuple[Any, ...]]:
-    return [(t.data_ptr(), t.shape, t.stride(), _version(t)) for t in tensors]
 
 
 def run_forward(
     fn: Callable[..., Any], sig: Signature, tensors: list[torch.Tensor], device: torch.device
 ) -> list[torch.Tensor]:
-    """Call ``fn`` on ``tensors``, check its inputs and results; the results. The caller
-    turns autograd off (``fn``'s own parameters would otherwise record a graph)."""
-    layouts = _layouts(tensors)
+    """Call ``fn`` on ``tensors`` (in the thread's grad mode: the inputs do not require
+    grad), check its inputs and results; the results."""
+    before = _snapshot(tensors)
     returned = _call_fn(fn, sig, tensors)
-    _check_inputs(sig, tensors, layouts)
-    return _results(sig, returned, _batch_shape(sig, tensors), device)
+    if _snapshot(tensors) != before:
+        _refuse_changed(sig, tensors, before)
+    return _results(sig, returned, _batch_shape(sig, tensors) if sig.mapped else (), device)
 
 
 def run_backward(
@@ -250,13 +257,14 @@ def run_backward(
         NoGradientError: a wanted input that torch's autograd does not connect to any
             result, or a result without autograd history that gets a nonzero cotangent.
     """
-    layouts = _layouts(tensors)
+    before = _snapshot(tensors)
     for index in wanted:
         tensors[index].requires_grad_(True)
     with torch.enable_grad():
         returned = _call_fn(fn, sig, tensors)
-    _check_inputs(sig, tensors, layouts)
-    results = _results(sig, returned, _batch_shape(sig, tensors), device)
+    if _snapshot(tensors) != before:
+        _refuse_changed(sig, tensors, before)
+    results = _results(sig, returned, _batch_shape(sig, tensors) if sig.mapped else (), device)
     outputs, grad_outputs, cut = [], [], []
     for index, result in enumerate(results):
         if not (result.is_floating_point() or result.is_complex()):
@@ -355,10 +363,8 @@ _streams: dict[tuple[int, int], Any] = {}
 
 
 def _on_xla_stream(ctx: Any, device: torch.device) -> Any:
-    """torch's stream context for XLA's stream ``ctx.stream`` (CUDA); ``None`` on CPU
-    (where asking for the stream raises)."""
-    if device.type != "cuda":
-        return None
+    """torch's stream context for XLA's stream ``ctx.stream`` on a CUDA ``device`` (on CPU
+    there is none: asking for it raises)."""
     handle = ctx.stream
     key = (int(handle), device.index or 0)
     stream = _streams.get(key)
@@ -369,8 +375,8 @@ def _on_xla_stream(ctx: Any, device: torch.device) -> Any:
 
 
 def _write(targets: list[torch.Tensor], values: list[torch.Tensor]) -> None:
-    """Each value into its output buffer, in place (every value was checked first; the
-    caller turns autograd off)."""
+    """Each value into its output buffer, in place (every value was checked first; a value
+    that requires grad, from ``fn``'s own parameters, records a node nobody keeps)."""
     for target, value in zip(targets, values, strict=True):
         target.copy_(value)
 
@@ -383,13 +389,11 @@ def forward_buffers(fn: Callable[..., Any], sig: Signature) -> Callable[..., Non
             targets = [_from_capsule(b.__dlpack__()) for b in outs]
             tensors = [_from_capsule(b.__dlpack__()) for b in ins]
             device = (targets or tensors)[0].device if targets or tensors else _CPU
-            ordered = _on_xla_stream(ctx, device)
-            with torch.no_grad():
-                if ordered is None:
+            if device.type != "cuda":
+                _write(targets, run_forward(fn, sig, tensors, device))
+            else:  # pragma: no cover - CUDA: benchmarks/gpu_check.py
+                with _on_xla_stream(ctx, device):
                     _write(targets, run_forward(fn, sig, tensors, device))
-                else:  # pragma: no cover - CUDA: benchmarks/gpu_check.py
-                    with ordered:
-                        _write(targets, run_forward(fn, sig, tensors, device))
         except Exception as err:
             _fail(sig, err)
 
@@ -408,12 +412,11 @@ def backward_buffers(
             targets = [_from_capsule(b.__dlpack__()) for b in outs]
             tensors = [_from_capsule(b.__dlpack__()) for b in ins]
             device = targets[0].device
-            ordered = _on_xla_stream(ctx, device)
             primals, cts = tensors[:count], dict(zip(cotangent_of, tensors[count:], strict=True))
-            if ordered is None:
+            if device.type != "cuda":
                 _write(targets, run_backward(fn, sig, primals, wanted, cts, device))
             else:  # pragma: no cover - CUDA: benchmarks/gpu_check.py
-                with ordered:
+                with _on_xla_stream(ctx, device):
                     _write(targets, run_backward(fn, sig, primals, wanted, cts, device))
         except Exception as err:
             _fail(sig, err)
@@ -452,8 +455,7 @@ def forward_host(fn: Callable[..., Any], sig: Signature) -> Callable[..., Any]:
     def callback(*arrays: Any) -> tuple[np.ndarray[Any, Any], ...]:
         try:
             tensors = [_host_tensor(a) for a in arrays]
-            with torch.no_grad():
-                return tuple(map(_host_array, run_forward(fn, sig, tensors, _CPU)))
+            return tuple(map(_host_array, run_forward(fn, sig, tensors, _CPU)))
         except Exception as err:
             _fail(sig, err)
 

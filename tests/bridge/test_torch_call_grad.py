@@ -170,3 +170,17 @@ def test_an_error_inside_the_backward_keeps_fns_frames_in_the_message():
     with pytest.raises(jax.errors.JaxRuntimeError, match="backward-only failure") as caught:
         jax.grad(lambda x: layer(x).sum())(jnp.ones(2, F32))
     assert "in fn" in str(caught.value)
+
+
+@pytest.mark.usefixtures("path")
+def test_fn_may_close_over_torch_parameters_which_jax_does_not_differentiate():
+    weight = torch.nn.Parameter(torch.tensor([1.0, 2.0, 3.0]))
+
+    def fn(x):
+        return x * weight  # requires grad through weight
+
+    layer = interop.torch_call(fn, lambda x: x)
+    x = jnp.array([1.0, 1.0, 2.0], F32)
+    np.testing.assert_array_equal(jax.jit(layer)(x), [1.0, 2.0, 6.0])
+    np.testing.assert_array_equal(jax.grad(lambda x: layer(x).sum())(x), [1.0, 2.0, 3.0])
+    assert weight.grad is None  # torch.autograd.grad fills only what JAX asked for
