@@ -184,3 +184,14 @@ def test_fn_may_close_over_torch_parameters_which_jax_does_not_differentiate():
     np.testing.assert_array_equal(jax.jit(layer)(x), [1.0, 2.0, 6.0])
     np.testing.assert_array_equal(jax.grad(lambda x: layer(x).sum())(x), [1.0, 2.0, 3.0])
     assert weight.grad is None  # torch.autograd.grad fills only what JAX asked for
+
+
+@pytest.mark.usefixtures("path")
+def test_fn_may_compute_torch_gradients_inside_in_the_forward():
+    def inner_gradient(x):  # d/dx sum(x**3), by torch's autograd inside fn
+        leaf = x.detach().requires_grad_()
+        (grad,) = torch.autograd.grad((leaf**3).sum(), leaf)
+        return grad
+
+    layer = jax.jit(interop.torch_call(inner_gradient, lambda x: x))
+    np.testing.assert_allclose(layer(jnp.array([1.0, 2.0], F32)), [3.0, 12.0])
