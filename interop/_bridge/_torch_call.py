@@ -86,7 +86,14 @@ class TorchCaller:
                     self._check_leaf(leaf, args, kwargs)
         try:
             return self.jitted(*args, **kwargs)
-        except NotImplementedError as err:
+        except (NotImplementedError, RuntimeError) as err:
+            self.reraise(err)
+            raise
+
+    def reraise(self, err: Exception) -> None:
+        """Raise what a caller should see for ``err``, raised by the jitted call; return
+        if ``err`` is to be raised as it is."""
+        if isinstance(err, NotImplementedError):
             if self.vmap_method is None and "vmap_method" in str(err):
                 raise VmapNotAllowedError(
                     f"torch_call({self.name}) was mapped by jax.vmap, but it was made with "
@@ -96,11 +103,9 @@ class TorchCaller:
                     "size 1; fn must broadcast) or 'broadcast_all' (every argument gets the "
                     "batch axis), as for jax.pure_callback."
                 ) from None
-            raise
-        except RuntimeError as err:  # JAX's report of a failure inside the callback
-            original = _torch_callback.original_failure(err)
-            if original is None:
-                raise
+            return
+        original = _torch_callback.original_failure(err)  # a failure inside the callback
+        if original is not None:
             raise original from None
 
     def _check_leaf(self, leaf: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
@@ -369,9 +374,22 @@ def torch_call(
     if not callable(result_shape_dtypes):
         flat_specs(result_shape_dtypes, name)  # refuse a bad promise now, not at first call
     caller = TorchCaller(fn, result_shape_dtypes, vmap_method)
+    jitted, local = caller.jitted, _torch_callback.thread_state
 
     @functools.wraps(fn)
     def call(*args: Any, **kwargs: Any) -> Any:
-        return caller(args, kwargs)
+        # Plain arrays, outside a torch_call function: nothing to check before the jitted
+        # call (a few µs of a small call: bench_torch_call.py's "interop.torch_call" row
+        # against "torch_call inside jax.jit", which skips this wrapper).
+        if kwargs or getattr(local, "active", False):
+            return caller(args, kwargs)
+        for arg in args:
+            if type(arg) is not _ArrayImpl:
+                return caller(args, kwargs)
+        try:
+            return jitted(*args)
+        except (NotImplementedError, RuntimeError) as err:
+            caller.reraise(err)
+            raise
 
     return call

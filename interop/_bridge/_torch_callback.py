@@ -103,6 +103,8 @@ class Signature:
 # ----- running fn -----
 
 _local = threading.local()
+#: Per thread: ``active`` while a ``torch_call`` function runs on it.
+thread_state = _local
 
 
 def inside() -> bool:
