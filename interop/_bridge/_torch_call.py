@@ -379,8 +379,9 @@ def torch_call(
     @functools.wraps(fn)
     def call(*args: Any, **kwargs: Any) -> Any:
         # Plain arrays, outside a torch_call function: nothing to check before the jitted
-        # call (a few µs of a small call: bench_torch_call.py's "interop.torch_call" row
-        # against "torch_call inside jax.jit", which skips this wrapper).
+        # call. Measured side by side against caller(args, kwargs) on 4 KiB: 1.1-1.6 µs
+        # saved of 26; what is left of the wrapper is bench_torch_call.py's
+        # "interop.torch_call" row against "torch_call inside jax.jit" (which skips it).
         if kwargs or getattr(local, "active", False):
             return caller(args, kwargs)
         for arg in args:
