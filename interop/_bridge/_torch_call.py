@@ -354,8 +354,9 @@ def torch_call(
         >>> x = jnp.array([-1.0, 0.0, 2.0])
         >>> jnp.allclose(jax.jit(layer)(x), jax.nn.gelu(x, approximate=False))
         Array(True, dtype=bool)
-        >>> jax.grad(lambda x: layer(x).sum())(x).round(3)
-        Array([-0.083,  0.5  ,  1.086], dtype=float32)
+        >>> grad = jax.grad(lambda x: layer(x).sum())(x)  # torch's backward, run by JAX
+        >>> jnp.allclose(grad, jax.grad(lambda x: jax.nn.gelu(x, False).sum())(x), atol=1e-6)
+        Array(True, dtype=bool)
         >>> interop.torch_call(gelu, lambda x: x, vmap_method="loop")
         Traceback (most recent call last):
         ...
