@@ -11,6 +11,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -203,6 +204,125 @@ def handoff_timings() -> list[Row]:
     return out
 
 
+def _on_cuda(fn: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    """``fn`` recording, on each call, the torch stream it runs on."""
+
+    def recorded(*tensors: torch.Tensor) -> torch.Tensor:
+        _STREAMS_SEEN.append(torch.cuda.current_stream().cuda_stream)
+        return fn(*tensors)
+
+    return recorded
+
+
+_STREAMS_SEEN: list[int] = []
+
+
+def torch_call_stream_ordering() -> list[Row]:
+    """torch_call on CUDA: fn's kernels run on the stream XLA gives the callback, ordered
+    after the (slow) kernel that produced the input and before the JAX kernel that reads
+    the result; a raw buffer_callback on torch's own stream is the control."""
+    if not torch.cuda.is_available():
+        return [("torch_call stream ordering", "SKIP", "no CUDA device")]
+    from jax.experimental.buffer_callback import buffer_callback
+
+    from interop._bridge import _torch_callback
+
+    n = 1 << 20
+    spec = jax.ShapeDtypeStruct((n,), jnp.float32)  # type: ignore[no-untyped-call]
+
+    def late_double(y: torch.Tensor) -> torch.Tensor:
+        torch.cuda._sleep(SLEEP_CYCLES)  # type: ignore[no-untyped-call]
+        return y * 2
+
+    given: list[int] = []
+    original = _torch_callback._on_xla_stream
+
+    def spy(ctx: object, device: torch.device) -> object:
+        given.append(int(ctx.stream))  # type: ignore[attr-defined]
+        return original(ctx, device)
+
+    _torch_callback._on_xla_stream = spy
+    try:
+        layer = interop.torch_call(_on_cuda(late_double), spec)
+
+        @jax.jit
+        def step(x: jax.Array) -> Any:
+            slow = jax.lax.fori_loop(0, 200, lambda i, acc: jnp.sin(acc) + x, x)
+            return layer(slow) + 1
+
+        def raw_body(ctx: object, out: object, y: object) -> None:  # torch's current stream
+            result = late_double(torch.utils.dlpack.from_dlpack(y))
+            torch.utils.dlpack.from_dlpack(out).copy_(result)
+
+        raw = buffer_callback(raw_body, spec)
+
+        @jax.jit
+        def raw_step(x: jax.Array) -> Any:
+            slow = jax.lax.fori_loop(0, 200, lambda i, acc: jnp.sin(acc) + x, x)
+            return raw(slow) + 1
+
+        x = jnp.linspace(0.0, 1.0, n, dtype=jnp.float32)
+        expected = np.asarray(jax.jit(lambda x: jax.lax.fori_loop(
+            0, 200, lambda i, acc: jnp.sin(acc) + x, x) * 2 + 1)(x))  # fmt: skip
+        ours = sum(not np.allclose(np.asarray(step(x)), expected) for _ in range(TRIALS))
+        control = sum(not np.allclose(np.asarray(raw_step(x)), expected) for _ in range(TRIALS))
+    finally:
+        _torch_callback._on_xla_stream = original
+    same = bool(given) and given == _STREAMS_SEEN[-len(given) :]
+    return [
+        ("torch_call on XLA's stream", verdict(same and all(given)),
+         f"streams given {sorted(set(given))[:3]}, fn ran on {sorted(set(_STREAMS_SEEN))[:3]}"),
+        ("torch_call ordering (jit)", verdict(ours == 0), f"{ours}/{TRIALS} wrong results"),
+        ("raw buffer_callback, torch's stream", "INFO", f"{control}/{TRIALS} wrong results"),
+    ]  # fmt: skip
+
+
+def torch_call_on_cuda() -> list[Row]:
+    """torch_call's gradients, workspace scratch and caller's slot on CUDA."""
+    if not torch.cuda.is_available():
+        return [("torch_call on cuda", "SKIP", "no CUDA device")]
+    import threading
+
+    seen: list[tuple[str, tuple[int, int], int]] = []
+    interop.init_workspace_manager("cuda")
+    try:
+
+        def layer_fn(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+            (scratch,) = interop.current_workspace_manager().get_simultaneous(
+                ((x.shape[0], w.shape[1]), x.dtype)
+            )
+            seen.append((str(scratch.device), interop.current_slot(), threading.get_ident()))
+            return torch.tanh(x @ w + scratch.zero_())
+
+        layer = interop.torch_call(
+            layer_fn,
+            lambda x, w: jax.ShapeDtypeStruct((x.shape[0], w.shape[1]), x.dtype),  # type: ignore[no-untyped-call]
+        )
+
+        def loss(f: Callable[..., jax.Array]) -> Callable[..., jax.Array]:
+            return lambda x, w: jnp.sum(f(x, w) ** 2)
+
+        x = jax.random.normal(jax.random.PRNGKey(0), (64, 32))
+        w = jax.random.normal(jax.random.PRNGKey(1), (32, 16)) / 8
+        with interop.use_workspace_ubatch(0):
+            got = jax.jit(jax.grad(loss(layer), argnums=(0, 1)))(x, w)
+        expected = jax.grad(loss(lambda x, w: jnp.tanh(x @ w)), argnums=(0, 1))(x, w)
+        close = all(
+            np.allclose(np.asarray(g), np.asarray(e), rtol=1e-4, atol=1e-5)
+            for g, e in zip(got, expected, strict=True)
+        )
+    finally:
+        interop.reset_workspace_manager()
+    caller = threading.get_ident()
+    devices = sorted({device for device, _, _ in seen})
+    threads = "the caller's" if all(t == caller for _, _, t in seen) else "another"
+    return [
+        ("torch_call gradients (cuda)", verdict(close), "jit(grad) against pure JAX"),
+        ("torch_call workspace scratch (cuda)", verdict(devices == ["cuda:0"]), f"{devices}"),
+        ("torch_call callback thread (cuda)", "INFO", f"{threads} thread; slots {seen[:1]}"),
+    ]
+
+
 CHECKS: list[Callable[[], list[Row]]] = [
     zero_copy_per_dtype,
     side_stream_race,
@@ -210,6 +330,8 @@ CHECKS: list[Callable[[], list[Row]]] = [
     to_torch_ordering,
     preallocation,
     handoff_timings,
+    torch_call_stream_ordering,
+    torch_call_on_cuda,
 ]
 
 __all__ = ["CHECKS", "aligned_views"]

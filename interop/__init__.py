@@ -18,6 +18,7 @@ from ._bridge._handoff import to_jax as to_jax
 from ._bridge._handoff import to_torch as to_torch
 from ._bridge._jax_call import jax_call as jax_call
 from ._bridge._jax_config import configure_jax_for_sharing as configure_jax_for_sharing
+from ._bridge._torch_call import torch_call as torch_call
 from ._context import current_slot as current_slot
 from ._context import dbo_current_ubatch_id as dbo_current_ubatch_id
 from ._context import set_ubatch_provider as set_ubatch_provider
@@ -64,6 +65,7 @@ __all__ = [
     "set_ubatch_provider",
     "to_jax",
     "to_torch",
+    "torch_call",
     "unlock_workspace",
     "use_workspace_lane",
     "use_workspace_ubatch",

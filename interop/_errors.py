@@ -7,6 +7,8 @@ API raises for the same failure, so existing ``except`` clauses keep working:
   as torch's and JAX's own ``__dlpack__`` refusals are (``except BufferError`` is how callers
   fall back to a copy), and also the ``ValueError`` / ``TypeError`` / ``RuntimeError`` that
   JAX's ``from_dlpack(copy=False)`` raises for it;
+- ``torch_call`` (torch code inside JAX): what ``fn`` returned or did to its inputs, its
+  gradients, ``vmap``; ``RuntimeError`` / ``ValueError`` / ``TypeError`` as fits each;
 - JAX's memory settings (``configure_jax_for_sharing``);
 - the allocators (``allocator=`` and what an allocator returned);
 - devices (``WorkspaceManager(device)``, growth during CUDA graph capture);
@@ -27,7 +29,8 @@ from functional_ws import WorkspaceError
 
 
 class HandoffError(WorkspaceError):
-    """Base class of the JAX interop errors (``to_jax``, ``to_torch``, ``jax_call``, settings)."""
+    """Base class of the JAX interop errors (``to_jax``, ``to_torch``, ``jax_call``,
+    ``torch_call``, settings)."""
 
     reason: ClassVar[str] = "handoff"
 
@@ -118,7 +121,7 @@ class DeletedArrayError(HandoffError, RuntimeError, BufferError):
 
 
 class FunctionNotCallableError(HandoffError, TypeError):
-    """``jax_call(fn)`` was given something that cannot be called."""
+    """``jax_call(fn)`` or ``torch_call(fn, ...)`` was given something that cannot be called."""
 
     reason = "not-callable"
 
@@ -128,6 +131,105 @@ class UnsupportedPytreeError(HandoffError, TypeError):
     graph cannot rebuild (only tuples, lists, dicts and ``None`` hold its arrays there)."""
 
     reason = "pytree"
+
+
+# ----- torch_call: torch code inside JAX -----
+
+
+class TorchCallError(HandoffError):
+    """Base class of the errors ``torch_call`` raises (on top of the handoff's own)."""
+
+    reason = "torch-call"
+
+
+class InvalidVmapMethodError(TorchCallError, ValueError):
+    """``vmap_method=`` is not one of ``None``, ``"sequential"``, ``"expand_dims"``,
+    ``"broadcast_all"``."""
+
+    reason = "vmap-method"
+
+
+class VmapNotAllowedError(TorchCallError, NotImplementedError):
+    """A ``torch_call`` function made with ``vmap_method=None`` was mapped by ``jax.vmap``
+    (a ``NotImplementedError``, as JAX's callbacks raise it)."""
+
+    reason = "vmap"
+
+
+class ResultSpecError(TorchCallError, TypeError):
+    """``result_shape_dtypes`` (or what the callable returned) has a leaf without a shape
+    and a dtype."""
+
+    reason = "result-spec"
+
+
+class ArgumentTypeError(TorchCallError, TypeError):
+    """An argument leaf of a ``torch_call`` function is not an array or a number."""
+
+    reason = "argument"
+
+
+class ResultMismatchError(TorchCallError, ValueError):
+    """``fn`` returned something other than ``result_shape_dtypes`` promised; no output
+    buffer was written."""
+
+    reason = "result"
+
+
+class ResultStructureError(ResultMismatchError):
+    """``fn`` returned another pytree structure, or a leaf that is not a torch tensor."""
+
+    reason = "result-structure"
+
+
+class ResultShapeError(ResultMismatchError):
+    """A result of ``fn`` has another shape than promised."""
+
+    reason = "result-shape"
+
+
+class ResultDtypeError(ResultMismatchError, TypeError):
+    """A result of ``fn`` has another dtype than promised (never cast: no narrowing)."""
+
+    reason = "result-dtype"
+
+
+class ResultDeviceError(ResultMismatchError):
+    """A result of ``fn`` lives on another device than the output buffer it must fill."""
+
+    reason = "result-device"
+
+
+class InputModifiedError(TorchCallError, RuntimeError):
+    """``fn`` changed an input tensor, whose memory is XLA's."""
+
+    reason = "input-modified"
+
+
+class InputWrittenError(InputModifiedError):
+    """``fn`` wrote into an input tensor in place: the JAX array it aliases has changed."""
+
+    reason = "input-written"
+
+
+class InputResizedError(InputModifiedError):
+    """``fn`` resized an input tensor or pointed it at other memory (``resize_``, ``set_``)."""
+
+    reason = "input-resized"
+
+
+class NoGradientError(TorchCallError, RuntimeError):
+    """JAX asked for a gradient torch's autograd cannot give: an input it does not reach,
+    or a result without autograd history that gets a nonzero cotangent."""
+
+    reason = "no-gradient"
+
+
+class NestedCallError(TorchCallError, RuntimeError):
+    """``jax_call`` or a ``torch_call`` function was called inside a ``torch_call``
+    function, where XLA is in the middle of running a computation."""
+
+    reason = "nested"
 
 
 class JaxSettingError(HandoffError, ValueError):
@@ -334,6 +436,10 @@ PUBLIC_ERRORS: tuple[type[Exception], ...] = (
     StreamTypeError, StreamDeviceError, DeletedArrayError, FunctionNotCallableError,
     UnsupportedPytreeError, JaxSettingError,
     JaxAlreadyStartedError, JaxPreallocationWarning,
+    TorchCallError, InvalidVmapMethodError, VmapNotAllowedError, ResultSpecError,
+    ArgumentTypeError, ResultMismatchError, ResultStructureError, ResultShapeError,
+    ResultDtypeError, ResultDeviceError, InputModifiedError, InputWrittenError,
+    InputResizedError, NoGradientError, NestedCallError,
     AllocatorError, UnknownAllocatorError, AllocatorNotCallableError, AllocationTypeError,
     AllocationNotTensorError, AllocationDtypeError, AllocationValueError, AllocationShapeError,
     AllocationSizeError, AllocationDeviceError, AllocationLayoutError,

@@ -57,6 +57,11 @@ which releases it was checked against, what gates it, and what happens without i
   a tensor is a view of another (``_base``); checked on torch 2.13. Gate: each exists.
   Fallback: ``None`` ("unknown"); the caller then assumes the worst (it watches a retired
   buffer).
+- :func:`version_counter`: a tensor's version counter, which every in-place write bumps
+  (through any view of the same memory): ``Tensor._version`` (checked on torch 2.13; the
+  counter autograd's "modified by an inplace operation" check reads). Gate: the attribute
+  exists. Fallback: ``None`` ("unknown"), and ``torch_call`` cannot tell that its function
+  wrote into an input.
 - :func:`release_weak_storage`: what ``StorageWeakRef.__del__`` does, for an instance whose
   ``__init__`` may never have run: it reads the private ``_free_weak_ref`` that ``__init__``
   sets last (checked on torch 2.13). Gate: the attribute is set. Fallback: torch's own
@@ -459,6 +464,21 @@ def is_view_of_block(tensor: torch.Tensor) -> bool | None:
     if not hasattr(tensor, "_base"):
         return None  # pragma: no cover - depends on the installed torch
     return tensor._base is not None
+
+
+def version_counter(tensor: torch.Tensor) -> int | None:
+    """``tensor``'s version counter (bumped by every in-place write), ``None`` if unknown.
+
+    Example:
+        >>> import torch
+        >>> t = torch.zeros(3)
+        >>> before = version_counter(t)
+        >>> _ = t[1:].add_(1)  # a write through a view counts too
+        >>> before is None or version_counter(t) > before
+        True
+    """
+    version: int | None = getattr(tensor, "_version", None)
+    return version
 
 
 def release_weak_storage(ref: StorageWeakRef) -> None:

@@ -46,6 +46,7 @@ from ._errors import AllocationTypeError as AllocationTypeError
 from ._errors import AllocationValueError as AllocationValueError
 from ._errors import AllocatorError as AllocatorError
 from ._errors import AllocatorNotCallableError as AllocatorNotCallableError
+from ._errors import ArgumentTypeError as ArgumentTypeError
 from ._errors import ConjugateBitError as ConjugateBitError
 from ._errors import DeletedArrayError as DeletedArrayError
 from ._errors import DeviceNotVisibleError as DeviceNotVisibleError
@@ -54,24 +55,38 @@ from ._errors import FunctionNotCallableError as FunctionNotCallableError
 from ._errors import GradientTrackedError as GradientTrackedError
 from ._errors import GrowthDuringCaptureError as GrowthDuringCaptureError
 from ._errors import HandoffError as HandoffError
+from ._errors import InputModifiedError as InputModifiedError
+from ._errors import InputResizedError as InputResizedError
+from ._errors import InputWrittenError as InputWrittenError
+from ._errors import InvalidVmapMethodError as InvalidVmapMethodError
 from ._errors import JaxAlreadyStartedError as JaxAlreadyStartedError
 from ._errors import JaxPreallocationWarning as JaxPreallocationWarning
 from ._errors import JaxSettingError as JaxSettingError
 from ._errors import LazyViewError as LazyViewError
 from ._errors import MisalignedViewError as MisalignedViewError
 from ._errors import NegativeBitError as NegativeBitError
+from ._errors import NestedCallError as NestedCallError
+from ._errors import NoGradientError as NoGradientError
 from ._errors import NotInitializedError as NotInitializedError
 from ._errors import PersistentMismatchError as PersistentMismatchError
 from ._errors import ReadOnlyAttributeError as ReadOnlyAttributeError
 from ._errors import ReplanLimitError as ReplanLimitError
+from ._errors import ResultDeviceError as ResultDeviceError
+from ._errors import ResultDtypeError as ResultDtypeError
+from ._errors import ResultMismatchError as ResultMismatchError
+from ._errors import ResultShapeError as ResultShapeError
+from ._errors import ResultSpecError as ResultSpecError
+from ._errors import ResultStructureError as ResultStructureError
 from ._errors import ShardedArrayError as ShardedArrayError
 from ._errors import StreamDeviceError as StreamDeviceError
 from ._errors import StreamTypeError as StreamTypeError
+from ._errors import TorchCallError as TorchCallError
 from ._errors import UnknownAllocatorError as UnknownAllocatorError
 from ._errors import UnknownDeviceError as UnknownDeviceError
 from ._errors import UnsupportedDtypeError as UnsupportedDtypeError
 from ._errors import UnsupportedLayoutError as UnsupportedLayoutError
 from ._errors import UnsupportedPytreeError as UnsupportedPytreeError
+from ._errors import VmapNotAllowedError as VmapNotAllowedError
 from ._errors import X64DisabledError as X64DisabledError
 from ._errors import ZeroCopyError as ZeroCopyError
 
@@ -90,6 +105,7 @@ __all__ = [
     "AllocationValueError",
     "AllocatorError",
     "AllocatorNotCallableError",
+    "ArgumentTypeError",
     "CapacityLimitError",
     "ConjugateBitError",
     "DeletedArrayError",
@@ -99,11 +115,15 @@ __all__ = [
     "GradientTrackedError",
     "GrowthDuringCaptureError",
     "HandoffError",
+    "InputModifiedError",
+    "InputResizedError",
+    "InputWrittenError",
     "InvalidConfigError",
     "InvalidPlanError",
     "InvalidSlotError",
     "InvalidSpecError",
     "InvalidTraceError",
+    "InvalidVmapMethodError",
     "JaxAlreadyStartedError",
     "JaxPreallocationWarning",
     "JaxSettingError",
@@ -111,14 +131,23 @@ __all__ = [
     "LazyViewError",
     "MisalignedViewError",
     "NegativeBitError",
+    "NestedCallError",
+    "NoGradientError",
     "NotInitializedError",
     "PersistentKeyLockedError",
     "PersistentMismatchError",
     "ReadOnlyAttributeError",
     "ReplanLimitError",
+    "ResultDeviceError",
+    "ResultDtypeError",
+    "ResultMismatchError",
+    "ResultShapeError",
+    "ResultSpecError",
+    "ResultStructureError",
     "ShardedArrayError",
     "StreamDeviceError",
     "StreamTypeError",
+    "TorchCallError",
     "TraceMismatchError",
     "TraceTypeError",
     "UbatchNotConfiguredError",
@@ -127,6 +156,7 @@ __all__ = [
     "UnsupportedDtypeError",
     "UnsupportedLayoutError",
     "UnsupportedPytreeError",
+    "VmapNotAllowedError",
     "WorkspaceError",
     "WorkspaceLockedError",
     "X64DisabledError",

@@ -22,7 +22,7 @@ import torch
 
 from .._compile import run_eagerly
 from .._errors import FunctionNotCallableError
-from . import _custom_op, _dlpack
+from . import _custom_op, _dlpack, _torch_callback
 from ._autograd import call_differentiably, is_differentiated
 from ._handoff import to_jax, to_torch
 from ._vjp import Plan
@@ -112,6 +112,8 @@ def jax_call(fn: Callable[..., Any]) -> Callable[..., Any]:
 
     Raises:
         FunctionNotCallableError: (a ``TypeError``) ``fn`` is not callable; raised at once.
+        NestedCallError: (a ``RuntimeError``) called inside a :func:`torch_call` function,
+            where starting a JAX computation could deadlock.
         HandoffError: at call time, from :func:`to_jax` / :func:`to_torch` for an input or
             output that cannot be aliased (see those functions).
 
@@ -144,6 +146,8 @@ def jax_call(fn: Callable[..., Any]) -> Callable[..., Any]:
     def call(*args: Any, **kwargs: Any) -> Any:
         if _is_compiling():
             return _custom_op.traced_call(key, args, kwargs)
+        if _torch_callback.inside():  # XLA is running a torch_call function on this thread
+            _torch_callback.refuse_nested(f"jax_call({getattr(fn, '__name__', 'fn')})")
         return caller(args, kwargs)
 
     return call

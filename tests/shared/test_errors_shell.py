@@ -34,13 +34,28 @@ REFUSALS = {
     interop.errors.DeletedArrayError: RuntimeError,
 }
 # The HandoffError classes that refuse no handoff (JAX's memory settings, what jax_call is
-# given or returns).
+# given or returns, what torch_call's function returned or did).
 NOT_REFUSALS = {
     interop.HandoffError: None,
     interop.errors.FunctionNotCallableError: TypeError,
     interop.errors.UnsupportedPytreeError: TypeError,
     interop.errors.JaxSettingError: ValueError,
     interop.errors.JaxAlreadyStartedError: RuntimeError,
+    interop.errors.TorchCallError: None,
+    interop.errors.InvalidVmapMethodError: ValueError,
+    interop.errors.VmapNotAllowedError: NotImplementedError,
+    interop.errors.ResultSpecError: TypeError,
+    interop.errors.ArgumentTypeError: TypeError,
+    interop.errors.ResultMismatchError: ValueError,
+    interop.errors.ResultStructureError: ValueError,
+    interop.errors.ResultShapeError: ValueError,
+    interop.errors.ResultDtypeError: TypeError,
+    interop.errors.ResultDeviceError: ValueError,
+    interop.errors.InputModifiedError: RuntimeError,
+    interop.errors.InputWrittenError: RuntimeError,
+    interop.errors.InputResizedError: RuntimeError,
+    interop.errors.NoGradientError: RuntimeError,
+    interop.errors.NestedCallError: RuntimeError,
 }
 # The builtin each other error also is: what the original (or torch) raises there.
 OTHER_BASES = {
@@ -81,6 +96,13 @@ PARENTS = {
     interop.errors.AllocationStorageOffsetError: interop.errors.AllocationLayoutError,
     interop.errors.AllocationNegativeBitError: interop.errors.AllocationValueError,
     interop.errors.AllocationOverlapError: interop.errors.AllocationValueError,
+    interop.errors.ResultStructureError: interop.errors.ResultMismatchError,
+    interop.errors.ResultShapeError: interop.errors.ResultMismatchError,
+    interop.errors.ResultDtypeError: interop.errors.ResultMismatchError,
+    interop.errors.ResultDeviceError: interop.errors.ResultMismatchError,
+    interop.errors.InputWrittenError: interop.errors.InputModifiedError,
+    interop.errors.InputResizedError: interop.errors.InputModifiedError,
+    interop.errors.NoGradientError: interop.errors.TorchCallError,
 }
 
 

@@ -1,0 +1,503 @@
+"""The host side of ``torch_call``: what XLA runs when its computation reaches the call.
+
+Two ways in, one body. Where jax has ``jax.experimental.buffer_callback`` and its buffers
+export DLPack (:data:`BUFFERS_AVAILABLE`), XLA hands the callback its input and output
+buffers: torch aliases the inputs, runs ``fn``, and writes each result into its output
+buffer in place (no copy by JAX either way). Elsewhere ``jax.pure_callback`` hands over host
+copies of the inputs and copies the returned arrays back. Either way, the body
+(:func:`run_forward`, :func:`run_backward`) calls ``fn``, checks every result against what
+was promised before it writes any output, and checks that ``fn`` left its inputs as they
+were.
+
+Failures: an exception inside the callback reaches the caller as JAX reports any callback
+failure (a ``JaxRuntimeError`` whose message holds the whole traceback, ``fn``'s frames
+included). Each failure is also kept here under a number printed in that message, so the
+eager wrapper (``_torch_call.py``) can raise the original exception itself
+(:func:`original_failure`).
+
+Threads: the callback runs on the thread XLA runs it on (on CPU, the caller's: measured).
+While it runs ``fn``, :func:`inside` is true on that thread, and ``jax_call`` and
+``torch_call`` functions refuse to start a JAX computation from there.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import itertools
+import re
+import sys
+import threading
+import traceback
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn
+
+import jax
+import numpy as np
+import torch
+
+from .. import _private
+from .._errors import (
+    InputResizedError,
+    InputWrittenError,
+    NestedCallError,
+    NoGradientError,
+    ResultDeviceError,
+    ResultDtypeError,
+    ResultShapeError,
+    ResultStructureError,
+)
+from .._locks import renew_after_fork
+from . import _dlpack
+from ._handoff import TORCH_DTYPES
+
+try:  # jax >= 0.6.1 (with a jaxlib whose buffers export DLPack)
+    from jax.experimental.buffer_callback import Buffer as _Buffer
+    from jax.experimental.buffer_callback import buffer_callback as _buffer_callback
+except ImportError:  # pragma: no cover - depends on the installed jax
+    _Buffer, _buffer_callback = None, None  # type: ignore[assignment]
+
+#: Whether ``torch_call`` runs through ``buffer_callback`` (zero-copy) in this process.
+BUFFERS_AVAILABLE = _buffer_callback is not None and hasattr(_Buffer, "__dlpack__")
+#: Tests and benchmarks switch this off to run the ``pure_callback`` fallback.
+use_buffers = BUFFERS_AVAILABLE
+
+_to_capsule, _from_capsule = _private.torch_capsules()
+_version = _private.version_counter
+_CARRIERS = _dlpack.carriers(TORCH_DTYPES)
+#: Each torch dtype's JAX (NumPy) dtype, for the host path; how ml_dtypes' types cross.
+_HOST_DTYPES = {torch_dtype: dtype for dtype, torch_dtype in TORCH_DTYPES.items()}
+_UINTS = {1: torch.uint8, 2: torch.uint16}
+
+
+@dataclasses.dataclass(frozen=True)
+class Signature:
+    """What one traced call promises: fixed at trace time, read by every run of it."""
+
+    #: ``fn``'s name, for messages.
+    name: str
+    #: The structure of ``(args, kwargs)``, and each input leaf's path (``args[0]['w']``).
+    in_tree: Any
+    in_paths: tuple[str, ...]
+    #: Each input's shape as traced (per element: ``jax.vmap`` may add leading axes).
+    in_shapes: tuple[tuple[int, ...], ...]
+    #: The structure of the results, each result's path, shape and torch dtype.
+    out_tree: Any
+    out_paths: tuple[str, ...]
+    out_shapes: tuple[tuple[int, ...], ...]
+    out_dtypes: tuple[torch.dtype, ...]
+    #: Whether ``jax.vmap`` may add leading axes (a ``vmap_method`` other than ``None``).
+    mapped: bool = False
+
+    @functools.cached_property
+    def positional(self) -> bool:
+        """Whether the arguments are plain positional arrays (``fn(*tensors)``)."""
+        count = len(self.in_paths)
+        return bool(self.in_tree == jax.tree_util.tree_structure(((0,) * count, {})))
+
+    @functools.cached_property
+    def single(self) -> bool:
+        """Whether the result is one array (not a pytree of them)."""
+        return bool(self.out_tree == jax.tree_util.tree_structure(0))
+
+
+# ----- running fn -----
+
+_local = threading.local()
+#: Per thread: ``active`` while a ``torch_call`` function runs on it.
+thread_state = _local
+
+
+def inside() -> bool:
+    """Whether this thread is running a ``torch_call`` function now."""
+    return getattr(_local, "active", False)
+
+
+def refuse_nested(where: str) -> None:
+    """Raise :class:`NestedCallError` if this thread is inside a ``torch_call`` function."""
+    if getattr(_local, "active", False):
+        raise NestedCallError(
+            f"{where}: called inside a torch_call function. That function runs while XLA "
+            "is in the middle of the computation that called it; starting another JAX "
+            "computation from there can deadlock (on a GPU the device's executor waits for "
+            "the callback). Run the JAX part before or after the torch_call, in the "
+            "jitted JAX code around it."
+        )
+
+
+def _call_fn(fn: Callable[..., Any], sig: Signature, tensors: list[torch.Tensor]) -> Any:
+    _local.active = True
+    try:
+        if sig.positional:
+            return fn(*tensors)
+        args, kwargs = jax.tree_util.tree_unflatten(sig.in_tree, tensors)
+        return fn(*args, **kwargs)
+    finally:
+        _local.active = False
+
+
+def _batch_shape(sig: Signature, tensors: list[torch.Tensor]) -> tuple[int, ...]:
+    """The leading axes ``jax.vmap`` added to this call (``"expand_dims"`` and
+    ``"broadcast_all"``), broadcast over the inputs; ``()`` for ``"sequential"``. Asked
+    only where ``sig.mapped``."""
+    found = [
+        tuple(tensor.shape[: tensor.dim() - len(shape)])
+        for tensor, shape in zip(tensors, sig.in_shapes, strict=True)
+        if tensor.dim() > len(shape)
+    ]
+    return tuple(torch.broadcast_shapes(*found)) if found else ()  # type: ignore[no-untyped-call]
+
+
+def _results(
+    sig: Signature, returned: Any, batch: tuple[int, ...], device: torch.device
+) -> list[torch.Tensor]:
+    """``returned`` flattened, after checking it is what ``sig`` promised, with the leading
+    axes ``batch``, on ``device`` (no output is written before this)."""
+    if sig.single and type(returned) is torch.Tensor:
+        if (
+            returned.dtype is sig.out_dtypes[0]
+            and returned.shape == batch + sig.out_shapes[0]
+            and returned.device == device
+        ):
+            return [returned]  # as promised: the common case, checked in one expression
+        leaves, tree = [returned], sig.out_tree
+    else:
+        leaves, tree = jax.tree_util.tree_flatten(returned)
+    if tree != sig.out_tree:
+        raise ResultStructureError(
+            f"torch_call: {sig.name} returned a result of structure {tree}, but "
+            f"result_shape_dtypes promised {sig.out_tree}. No output was written."
+        )
+    for path, leaf, unbatched, dtype in zip(
+        sig.out_paths, leaves, sig.out_shapes, sig.out_dtypes, strict=True
+    ):
+        shape = batch + unbatched
+        if not isinstance(leaf, torch.Tensor):
+            raise ResultStructureError(
+                f"torch_call: {sig.name} returned {type(leaf).__name__} at result{path}, "
+                f"expected a torch.Tensor of shape {shape} and dtype {dtype}. No output "
+                "was written."
+            )
+        if leaf.dtype != dtype:
+            raise ResultDtypeError(
+                f"torch_call: {sig.name} returned dtype {leaf.dtype} at result{path}, "
+                f"expected {dtype} (shape {shape}). Results are never cast (no narrowing): "
+                f"return .to({dtype}) yourself if the conversion is exact. No output was "
+                "written."
+            )
+        if leaf.shape != shape:
+            raise ResultShapeError(
+                f"torch_call: {sig.name} returned shape {tuple(leaf.shape)} at "
+                f"result{path}, expected {shape} ({dtype}). No output was written."
+            )
+        if leaf.device != device:
+            raise ResultDeviceError(
+                f"torch_call: {sig.name} returned a tensor on {leaf.device} at "
+                f"result{path}, expected {device}, where XLA's output buffer is (the "
+                "inputs' device). No output was written."
+            )
+    return leaves
+
+
+def _snapshot(tensors: list[torch.Tensor]) -> list[tuple[Any, ...]]:
+    """What ``fn`` must not change about its inputs. Every in-place operation (a write, and
+    ``resize_``, ``set_``, ``as_strided_``: measured on torch 2.13) bumps the version."""
+    return [(_version(t), t.data_ptr(), t.shape) for t in tensors]
+
+
+def _refuse_changed(
+    sig: Signature, tensors: list[torch.Tensor], before: list[tuple[Any, ...]]
+) -> None:
+    """Raise for the first input ``fn`` changed (resized, re-pointed, or wrote into)."""
+    for path, tensor, (version, pointer, shape) in zip(sig.in_paths, tensors, before, strict=True):
+        if tensor.data_ptr() != pointer or tensor.shape != shape or not tensor.is_contiguous():
+            raise InputResizedError(  # XLA's buffers are dense: the input was contiguous
+                f"torch_call: {sig.name} resized input {path} or pointed it at other memory "
+                f"(resize_, set_, as_strided_): it was shape {tuple(shape)} at "
+                f"{pointer:#x}, it is now shape {tuple(tensor.shape)} at "
+                f"{tensor.data_ptr():#x}. Input tensors alias XLA's buffers and must keep "
+                "their shape and memory; work on a copy (input.clone()) or a new view."
+            )
+        if _version(tensor) != version:
+            raise InputWrittenError(
+                f"torch_call: {sig.name} wrote into input {path} in place. Inputs alias "
+                "XLA's buffers, which JAX takes as immutable: through buffer_callback the "
+                "JAX array passed in (and anything sharing its buffer) now holds the written "
+                "values. Write into a copy (input.clone()) instead, or return the new values "
+                "as a result."
+            )
+
+
+def run_forward(
+    fn: Callable[..., Any], sig: Signature, tensors: list[torch.Tensor], device: torch.device
+) -> list[torch.Tensor]:
+    """Call ``fn`` on ``tensors`` (in the thread's grad mode: the inputs do not require
+    grad), check its inputs and results; the results."""
+    before = _snapshot(tensors)
+    returned = _call_fn(fn, sig, tensors)
+    if _snapshot(tensors) != before:
+        _refuse_changed(sig, tensors, before)
+    return _results(sig, returned, _batch_shape(sig, tensors) if sig.mapped else (), device)
+
+
+def run_backward(
+    fn: Callable[..., Any],
+    sig: Signature,
+    tensors: list[torch.Tensor],
+    wanted: Sequence[int],
+    cotangents: dict[int, torch.Tensor],
+    device: torch.device,
+) -> list[torch.Tensor]:
+    """The gradients of the inputs ``wanted`` (indices), from ``fn`` run again under autograd
+    and ``torch.autograd.grad`` with ``cotangents`` (result index -> cotangent, in JAX's
+    convention; absent: zero).
+
+    JAX's vector-Jacobian product of a complex function is the conjugate of torch's with a
+    conjugated cotangent (torch's gradients are conjugate Wirtinger derivatives): both
+    conjugations are made here.
+
+    Raises:
+        NoGradientError: a wanted input that torch's autograd does not connect to any
+            result, or a result without autograd history that gets a nonzero cotangent.
+    """
+    before = _snapshot(tensors)
+    for index in wanted:
+        tensors[index].requires_grad_(True)
+    with torch.enable_grad():
+        returned = _call_fn(fn, sig, tensors)
+    if _snapshot(tensors) != before:
+        _refuse_changed(sig, tensors, before)
+    results = _results(sig, returned, _batch_shape(sig, tensors) if sig.mapped else (), device)
+    outputs, grad_outputs, cut = [], [], []
+    for index, result in enumerate(results):
+        if not (result.is_floating_point() or result.is_complex()):
+            continue
+        cotangent = cotangents.get(index)
+        if result.grad_fn is None and not result.requires_grad:
+            cut.append((index, cotangent))
+            continue
+        if cotangent is None:
+            cotangent = torch.zeros_like(result)
+        elif result.is_complex():
+            cotangent = cotangent.conj()
+        outputs.append(result)
+        grad_outputs.append(cotangent)
+    inputs = [tensors[index] for index in wanted]
+    grads: Sequence[torch.Tensor | None] = [None] * len(inputs)
+    if outputs:
+        grads = torch.autograd.grad(outputs, inputs, grad_outputs, allow_unused=True)
+    found = []
+    for index, grad in zip(wanted, grads, strict=True):
+        if grad is None:
+            raise NoGradientError(
+                f"torch_call: JAX asks for the gradient of input {sig.in_paths[index]} of "
+                f"{sig.name}, but torch's autograd does not connect it to any result (it is "
+                "unused, detached, or used under torch.no_grad()). torch.autograd.grad "
+                "refuses this by default, and so does torch_call, rather than return zeros "
+                "that may hide a cut graph. If its gradient is zero on purpose, pass it "
+                "through jax.lax.stop_gradient in JAX."
+            )
+        found.append(grad.conj() if grad.is_complex() else grad)
+    for index, cotangent in cut:  # every input is connected: is a result cut off?
+        if cotangent is not None and bool(cotangent.any()):
+            raise NoGradientError(
+                f"torch_call: result{sig.out_paths[index]} of {sig.name} has no autograd "
+                "history (torch.no_grad() or detach() inside the function, or a kernel "
+                "without a backward), but JAX differentiates it with a nonzero "
+                "cotangent: its gradient would be silently dropped. Make it "
+                "differentiable in torch, or apply jax.lax.stop_gradient to that result "
+                "in JAX if no gradient should flow through it."
+            )
+    return found
+
+
+# ----- failures -----
+
+_MARK = "interop.torch_call failure #"
+_FAILURE = re.compile(re.escape(_MARK) + r"(\d+)")
+_failures: OrderedDict[int, BaseException] = OrderedDict()
+_failures_lock = threading.Lock()
+renew_after_fork(sys.modules[__name__], "_failures_lock")  # after a fork: free
+_numbers = itertools.count(1)
+#: Failures kept for the eager wrapper; older ones (raised under jit: JAX reported them
+#: already) are dropped first.
+KEPT_FAILURES = 64
+
+
+class CallbackFailure(RuntimeError):
+    """What the callback raises to XLA: a number that finds the original exception."""
+
+
+def _fail(sig: Signature, err: Exception) -> NoReturn:
+    """Keep ``err`` and raise to XLA a failure whose message holds ``err``'s traceback.
+
+    XLA's message shows the stack of the callback, not the exception's own traceback, so
+    ``fn``'s frames (where it raised) are written into the message. The frames of this
+    module above ``fn`` are dropped from ``err``'s traceback first.
+    """
+    tb = err.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
+        tb = tb.tb_next
+    if tb is not None:
+        err = err.with_traceback(tb)
+    number = next(_numbers)
+    with _failures_lock:
+        _failures[number] = err
+        while len(_failures) > KEPT_FAILURES:
+            _failures.popitem(last=False)
+    where = "".join(traceback.format_exception(type(err), err, err.__traceback__))
+    raise CallbackFailure(
+        f"{sig.name} (called through interop.torch_call) raised {type(err).__name__}: "
+        f"{err} [{_MARK}{number}]\n{where}"
+    ) from err
+
+
+def original_failure(err: BaseException) -> BaseException | None:
+    """The exception a callback raised, for the error XLA reported it with (taken once)."""
+    found = _FAILURE.search(str(err))
+    if found is None:
+        return None
+    with _failures_lock:
+        return _failures.pop(int(found.group(1)), None)
+
+
+# ----- the two ways in -----
+
+_streams: dict[tuple[int, int], Any] = {}
+
+
+def _on_xla_stream(ctx: Any, device: torch.device) -> Any:
+    """torch's stream context for XLA's stream ``ctx.stream`` on a CUDA ``device`` (on CPU
+    there is none: asking for it raises)."""
+    handle = ctx.stream
+    key = (int(handle), device.index or 0)
+    stream = _streams.get(key)
+    if stream is None:
+        stream = torch.cuda.ExternalStream(int(handle), device=device)  # type: ignore[no-untyped-call]
+        _streams[key] = stream
+    return torch.cuda.stream(stream)
+
+
+def _write(targets: list[torch.Tensor], values: list[torch.Tensor]) -> None:
+    """Each value into its output buffer, in place (every value was checked first; a value
+    that requires grad, from ``fn``'s own parameters, records a node nobody keeps)."""
+    for target, value in zip(targets, values, strict=True):
+        target.copy_(value)
+
+
+def forward_buffers(fn: Callable[..., Any], sig: Signature) -> Callable[..., None]:
+    """The ``buffer_callback`` body of a forward call."""
+
+    def callback(ctx: Any, outs: Sequence[Any], *ins: Any) -> None:
+        try:
+            targets = [_from_capsule(b.__dlpack__()) for b in outs]
+            tensors = [_from_capsule(b.__dlpack__()) for b in ins]
+            device = (targets or tensors)[0].device if targets or tensors else _CPU
+            if device.type != "cuda":
+                _write(targets, run_forward(fn, sig, tensors, device))
+            else:  # pragma: no cover - CUDA: benchmarks/gpu_check.py
+                with _on_xla_stream(ctx, device):
+                    _write(targets, run_forward(fn, sig, tensors, device))
+        except Exception as err:
+            _fail(sig, err)
+
+    return callback
+
+
+def backward_buffers(
+    fn: Callable[..., Any], sig: Signature, wanted: Sequence[int], cotangent_of: Sequence[int]
+) -> Callable[..., None]:
+    """The ``buffer_callback`` body of a backward call: inputs are the primal inputs, then
+    the cotangents of the results ``cotangent_of``; outputs the gradients of ``wanted``."""
+    count = len(sig.in_paths)
+
+    def callback(ctx: Any, outs: Sequence[Any], *ins: Any) -> None:
+        try:
+            targets = [_from_capsule(b.__dlpack__()) for b in outs]
+            tensors = [_from_capsule(b.__dlpack__()) for b in ins]
+            device = targets[0].device
+            primals, cts = tensors[:count], dict(zip(cotangent_of, tensors[count:], strict=True))
+            if device.type != "cuda":
+                _write(targets, run_backward(fn, sig, primals, wanted, cts, device))
+            else:  # pragma: no cover - CUDA: benchmarks/gpu_check.py
+                with _on_xla_stream(ctx, device):
+                    _write(targets, run_backward(fn, sig, primals, wanted, cts, device))
+        except Exception as err:
+            _fail(sig, err)
+
+    return callback
+
+
+_CPU = torch.device("cpu")
+
+
+def _host_tensor(array: Any) -> torch.Tensor:
+    """A tensor over a host array ``pure_callback`` handed over (NumPy or a CPU jax.Array)."""
+    host = np.asarray(array)
+    carrier = _CARRIERS.get(host.dtype)
+    if carrier is not None:  # bfloat16, float8: NumPy's DLPack does not carry them
+        host = host.view(carrier.host)
+    if not host.flags.writeable:  # a read-only view of JAX's buffer: work on a copy
+        host = host.copy()
+    tensor = torch.from_numpy(host)
+    return tensor.view(carrier.torch) if carrier is not None else tensor
+
+
+def _host_array(tensor: torch.Tensor) -> np.ndarray[Any, Any]:
+    """``tensor``'s values as NumPy, for ``pure_callback`` to copy (zero-copy where it can)."""
+    tensor = tensor.detach().resolve_conj().resolve_neg()
+    dtype = _HOST_DTYPES[tensor.dtype]
+    carrier = _CARRIERS[dtype]
+    if carrier is None:
+        return tensor.numpy()
+    return tensor.view(_UINTS[tensor.element_size()]).numpy().view(dtype)
+
+
+def forward_host(fn: Callable[..., Any], sig: Signature) -> Callable[..., Any]:
+    """The ``pure_callback`` body of a forward call (the fallback: copies both ways)."""
+
+    def callback(*arrays: Any) -> tuple[np.ndarray[Any, Any], ...]:
+        try:
+            tensors = [_host_tensor(a) for a in arrays]
+            return tuple(map(_host_array, run_forward(fn, sig, tensors, _CPU)))
+        except Exception as err:
+            _fail(sig, err)
+
+    return callback
+
+
+def backward_host(
+    fn: Callable[..., Any], sig: Signature, wanted: Sequence[int], cotangent_of: Sequence[int]
+) -> Callable[..., Any]:
+    """The ``pure_callback`` body of a backward call (the fallback)."""
+    count = len(sig.in_paths)
+
+    def callback(*arrays: Any) -> tuple[np.ndarray[Any, Any], ...]:
+        try:
+            tensors = [_host_tensor(a) for a in arrays]
+            primals, cts = tensors[:count], dict(zip(cotangent_of, tensors[count:], strict=True))
+            return tuple(map(_host_array, run_backward(fn, sig, primals, wanted, cts, _CPU)))
+        except Exception as err:
+            _fail(sig, err)
+
+    return callback
+
+
+def call_buffers(
+    callback: Callable[..., None], specs: Sequence[jax.ShapeDtypeStruct], vmap_method: str | None
+) -> Callable[..., Any]:
+    """``buffer_callback`` of ``callback`` returning the flat results ``specs``."""
+    assert _buffer_callback is not None
+    return _buffer_callback(callback, tuple(specs), vmap_method=vmap_method)  # type: ignore[no-any-return]
+
+
+def call_host(
+    callback: Callable[..., Any], specs: Sequence[jax.ShapeDtypeStruct], vmap_method: str | None
+) -> Callable[..., Any]:
+    """``pure_callback`` of ``callback`` returning the flat results ``specs``."""
+
+    def call(*leaves: Any) -> Any:
+        return jax.pure_callback(callback, tuple(specs), *leaves, vmap_method=vmap_method)
+
+    return call

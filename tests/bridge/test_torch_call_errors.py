@@ -1,0 +1,196 @@
+"""torch_call's refusals: bad arguments, broken promises, changed inputs, errors inside fn."""
+
+from __future__ import annotations
+
+import traceback
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+from support.torch_call import F32, path, spec  # noqa: F401  (path: a fixture)
+
+import interop
+from interop import errors
+from interop._bridge import _torch_callback
+
+
+def identity(x):
+    return x
+
+
+# ----- refused at once, by torch_call or at the call -----
+
+AT_CONSTRUCTION = [
+    ("fn-not-callable", lambda: interop.torch_call(3, spec((1,))),
+     errors.FunctionNotCallableError, TypeError, "fn must be a callable"),
+    ("vmap-method-unknown", lambda: interop.torch_call(identity, spec((1,)), vmap_method="loop"),
+     errors.InvalidVmapMethodError, ValueError, "vmap_method must be one of"),
+    ("spec-without-shape", lambda: interop.torch_call(identity, (spec((1,)), "abc")),
+     errors.ResultSpecError, TypeError, r"'abc' at result\[1\]"),
+    ("spec-dtype-torch-lacks", lambda: interop.torch_call(identity, spec((2,), jnp.int4)),
+     errors.UnsupportedDtypeError, TypeError, "int4"),
+    ("spec-64-bit-x64-off", lambda: interop.torch_call(identity, spec((2,), np.int64)),
+     errors.X64DisabledError, TypeError, "jax_enable_x64"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "make, error, builtin, match", [case[1:] for case in AT_CONSTRUCTION],
+    ids=[case[0] for case in AT_CONSTRUCTION],
+)  # fmt: skip
+def test_bad_construction_is_refused_at_once(make, error, builtin, match):
+    with pytest.raises(error, match=match) as caught:
+        make()
+    assert isinstance(caught.value, builtin)
+
+
+AT_CALL = [
+    ("string-leaf", lambda: interop.torch_call(identity, spec((1,)))("abc"),
+     errors.ArgumentTypeError, TypeError, r"argument args\[0\] of identity is str"),
+    ("numpy-int64-x64-off",
+     lambda: interop.torch_call(identity, spec((1,)))(x=np.array([2**40 + 5])),
+     errors.X64DisabledError, TypeError, r"argument kwargs\['x'\].*narrow"),
+    ("input-dtype-torch-lacks",
+     lambda: interop.torch_call(identity, spec((2,)))(jnp.zeros(2, jnp.int4)),
+     errors.UnsupportedDtypeError, TypeError, r"argument args\[0\].*int4"),
+    ("callable-promise-returns-junk",
+     lambda: interop.torch_call(identity, lambda x: [x, None, 3])(jnp.ones(1)),
+     errors.ResultSpecError, TypeError, r"3 at result\[2\]"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "make, error, builtin, match", [case[1:] for case in AT_CALL],
+    ids=[case[0] for case in AT_CALL],
+)  # fmt: skip
+def test_bad_calls_are_refused_naming_the_argument(make, error, builtin, match):
+    with pytest.raises(error, match=match) as caught:
+        make()
+    assert isinstance(caught.value, builtin)
+
+
+# ----- fn broke its promise: named, and no output written -----
+
+PROMISE = (spec((2, 3)), spec((4,), jnp.int32))
+BROKEN = [
+    ("structure", lambda x: [x], errors.ResultStructureError, "structure"),
+    ("not-a-tensor", lambda x: (x, np.zeros(4, np.int32)), errors.ResultStructureError,
+     r"ndarray at result\[1\], expected a torch.Tensor of shape \(4,\)"),
+    ("shape", lambda x: (x.T, torch.zeros(4, dtype=torch.int32)), errors.ResultShapeError,
+     r"shape \(3, 2\) at result\[0\], expected \(2, 3\)"),
+    ("dtype-no-cast", lambda x: (x, torch.zeros(4, dtype=torch.int64)), errors.ResultDtypeError,
+     r"dtype torch.int64 at result\[1\], expected torch.int32.*never cast"),
+    ("device", lambda x: (x, torch.zeros(4, dtype=torch.int32, device="meta")),
+     errors.ResultDeviceError, r"on meta at result\[1\], expected cpu"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "fn, error, match", [case[1:] for case in BROKEN], ids=[case[0] for case in BROKEN]
+)
+@pytest.mark.usefixtures("path")
+def test_a_broken_promise_names_expected_and_got_and_writes_nothing(monkeypatch, fn, error, match):
+    writes = []
+    monkeypatch.setattr(_torch_callback, "_write", lambda *a: writes.append(a))
+    call = interop.torch_call(fn, PROMISE)
+    with pytest.raises(error, match=match):
+        call(jnp.ones((2, 3), F32))
+    with pytest.raises(jax.errors.JaxRuntimeError, match=error.__name__):  # inside jit
+        jax.block_until_ready(jax.jit(call)(jnp.ones((2, 3), F32)))
+    assert writes == []
+    assert issubclass(error, errors.ResultMismatchError)
+
+
+# ----- fn must leave its inputs alone -----
+
+CHANGED = [
+    ("write-in-place", lambda x: x.add_(1), errors.InputWrittenError,
+     r"wrote into input args\[0\]"),
+    ("write-through-a-view", lambda x: x[1:].fill_(7), errors.InputWrittenError, "in place"),
+    ("resize", lambda x: x.resize_(2), errors.InputResizedError,
+     r"resized input args\[0\].*shape \(4,\).*now shape \(2,\)"),
+    ("set", lambda x: x.set_(torch.zeros(4)), errors.InputResizedError, "other memory"),
+    ("as-strided", lambda x: x.as_strided_((2,), (2,)), errors.InputResizedError,
+     r"now shape \(2,\)"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "fn, error, match", [case[1:] for case in CHANGED], ids=[case[0] for case in CHANGED]
+)
+@pytest.mark.usefixtures("path")
+def test_changing_an_input_is_refused(fn, error, match):
+    def changes(x):
+        fn(x)
+        return torch.zeros(4)
+
+    with pytest.raises(error, match=match) as caught:
+        interop.torch_call(changes, spec((4,)))(jnp.ones(4, F32))
+    assert isinstance(caught.value, errors.InputModifiedError)
+    assert isinstance(caught.value, RuntimeError)
+
+
+# ----- exceptions inside fn -----
+
+
+def _raises_deep(x):
+    def user_frame_inside_fn():
+        raise KeyError("no such expert")
+
+    user_frame_inside_fn()
+
+
+@pytest.mark.usefixtures("path")
+def test_an_exception_inside_fn_is_raised_itself_with_fns_frames():
+    call = interop.torch_call(_raises_deep, spec((2,)))
+    with pytest.raises(KeyError, match="no such expert") as caught:
+        call(jnp.ones(2, F32))
+    frames = [frame.name for frame in traceback.extract_tb(caught.value.__traceback__)]
+    assert frames[-2:] == ["_raises_deep", "user_frame_inside_fn"]
+
+
+@pytest.mark.usefixtures("path")
+def test_inside_jit_jax_reports_it_with_fns_frames_in_the_message():
+    call = jax.jit(lambda x: interop.torch_call(_raises_deep, spec((2,)))(x) * 2)
+    with pytest.raises(jax.errors.JaxRuntimeError) as caught:
+        jax.block_until_ready(call(jnp.ones(2, F32)))
+    text = str(caught.value)
+    assert "_raises_deep (called through interop.torch_call) raised KeyError" in text
+    assert f'File "{__file__}"' in text and "in user_frame_inside_fn" in text
+
+
+@pytest.mark.usefixtures("path")
+def test_failures_kept_for_the_eager_wrapper_are_bounded():
+    call = jax.jit(interop.torch_call(_raises_deep, spec((2,))))
+    for _ in range(_torch_callback.KEPT_FAILURES + 5):
+        with pytest.raises(jax.errors.JaxRuntimeError):
+            call(jnp.ones(2, F32))
+    assert len(_torch_callback._failures) <= _torch_callback.KEPT_FAILURES
+
+
+# ----- no JAX computation from inside fn -----
+
+
+@pytest.mark.usefixtures("path")
+def test_jax_call_inside_fn_is_refused():
+    double = interop.jax_call(jax.jit(lambda a: a * 2))
+
+    def fn(x):
+        return double(x)
+
+    with pytest.raises(errors.NestedCallError, match=r"jax_call\(<lambda>\): called inside"):
+        interop.torch_call(fn, spec((3,)))(jnp.ones(3, F32))
+    assert double(torch.ones(3)).tolist() == [2.0, 2.0, 2.0]  # outside: works as ever
+
+
+@pytest.mark.usefixtures("path")
+def test_a_torch_call_inside_fn_is_refused():
+    inner = interop.torch_call(identity, spec((3,)))
+
+    def fn(x):
+        return torch.as_tensor(np.asarray(inner(jnp.ones(3))))
+
+    with pytest.raises(errors.NestedCallError, match=r"torch_call\(identity\)"):
+        interop.torch_call(fn, spec((3,)))(jnp.ones(3, F32))

@@ -1,0 +1,197 @@
+"""torch_call under jax.grad / jax.vjp: torch.autograd.grad gives JAX's gradients."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+from conftest import enable_x64
+from support.torch_call import F32, path, spec  # noqa: F401  (path: a fixture)
+
+import interop
+
+
+def torch_mlp(x, params):
+    return torch.tanh(x @ params["w"] + params["b"]) * params["scale"]
+
+
+def jax_mlp(x, params):
+    return jnp.tanh(x @ params["w"] + params["b"]) * params["scale"]
+
+
+def _params(dtype=F32):
+    key = jax.random.PRNGKey(0)
+    return {
+        "w": jax.random.normal(key, (3, 4), dtype) / 2,
+        "b": jnp.linspace(-1, 1, 4, dtype=dtype),
+        "scale": jnp.asarray(1.5, dtype),
+    }
+
+
+def _x(dtype=F32):
+    return jax.random.normal(jax.random.PRNGKey(1), (5, 3), dtype)
+
+
+LAYER = interop.torch_call(torch_mlp, lambda x, p: spec((x.shape[0], 4), x.dtype))
+
+
+def _loss(layer):
+    return lambda x, params: jnp.sum(jnp.sin(layer(x, params)) ** 2)
+
+
+def _close(got, expected, rtol=1e-5, atol=1e-6):
+    for g, e in zip(jax.tree.leaves(got), jax.tree.leaves(expected), strict=True):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(e), rtol=rtol, atol=atol)
+
+
+@pytest.mark.usefixtures("path")
+@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
+def test_gradients_equal_pure_jax(jit):
+    layer = interop.torch_call(torch_mlp, lambda x, p: spec((x.shape[0], 4), x.dtype))
+    grad = jax.grad(_loss(layer), argnums=(0, 1))
+    reference = jax.grad(_loss(jax_mlp), argnums=(0, 1))
+    if jit:
+        grad = jax.jit(grad)
+    _close(grad(_x(), _params()), reference(_x(), _params()))
+
+
+@pytest.mark.usefixtures("path")
+def test_vjp_with_several_results_and_an_unused_one():
+    def fn(x):
+        return x.sin(), x.cos() * 2, (x > 0).to(torch.int32)
+
+    layer = interop.torch_call(fn, lambda x: (x, x, spec(x.shape, jnp.int32)))
+    x = jnp.linspace(-2, 2, 6, dtype=F32)
+    _, vjp = jax.vjp(layer, x)
+    (got,) = vjp((jnp.ones(6, F32), jnp.full(6, 0.5, F32), np.zeros(6, jax.dtypes.float0)))
+    np.testing.assert_allclose(got, jnp.cos(x) - jnp.sin(x), rtol=1e-6)
+    only_first = jax.grad(lambda x: layer(x)[0].sum())(x)  # the cos result: a symbolic zero
+    np.testing.assert_allclose(only_first, jnp.cos(x), rtol=1e-6)
+
+
+@pytest.mark.usefixtures("path")
+def test_only_the_inputs_jax_differentiates_are_asked_of_torch():
+    asked = []
+
+    def fn(x, w, steps):
+        asked.append((x.requires_grad, w.requires_grad, steps.requires_grad))
+        return x * w * steps
+
+    layer = interop.torch_call(fn, lambda x, w, s: x)
+    x, w, steps = jnp.ones(3, F32), jnp.full(3, 2.0, F32), jnp.arange(3, dtype=jnp.int32)
+    g = jax.grad(lambda w: layer(x, w, steps).sum())(w)
+    np.testing.assert_allclose(g, [0.0, 1.0, 2.0])
+    assert asked == [(False, False, False), (False, True, False)]  # forward, then backward
+
+
+def test_gradients_in_float64_are_exact_to_float64():
+    with enable_x64():
+        layer = interop.torch_call(torch_mlp, lambda x, p: spec((x.shape[0], 4), x.dtype))
+        x, params = _x(jnp.float64), _params(jnp.float64)
+        got = jax.jit(jax.grad(_loss(layer), argnums=(0, 1)))(x, params)
+        expected = jax.grad(_loss(jax_mlp), argnums=(0, 1))(x, params)
+        assert got[0].dtype == jnp.float64
+        _close(got, expected, rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.usefixtures("path")
+def test_complex_gradients_follow_jaxs_convention():
+    def fn(z, w):
+        return z * z * w
+
+    layer = interop.torch_call(fn, lambda z, w: z)
+
+    def loss(f):
+        return lambda z, w: jnp.sum(jnp.abs(f(z, w)) ** 2 + jnp.real(f(z, w)))
+
+    z = jnp.array([1 + 2j, -0.5 + 0.25j, 3 - 1j], jnp.complex64)
+    w = jnp.array([0.5 - 1j, 2 + 0j, -1 + 1j], jnp.complex64)
+    got = jax.grad(loss(layer), argnums=(0, 1))(z, w)
+    expected = jax.grad(loss(fn), argnums=(0, 1))(z, w)  # the same code in JAX
+    _close(got, expected, rtol=1e-5)
+    holo = jax.grad(lambda z: layer(z, w).sum(), holomorphic=True)(z)
+    _close(holo, 2 * z * w, rtol=1e-5)
+
+
+# ----- what torch cannot differentiate: an error, never a silent zero -----
+
+
+@pytest.mark.usefixtures("path")
+def test_an_input_torch_does_not_reach_is_an_error_unless_stopped_in_jax():
+    def fn(x, unused):
+        return x * 2
+
+    layer = interop.torch_call(fn, lambda x, u: x)
+    x, u = jnp.ones(3, F32), jnp.ones(3, F32)
+    with pytest.raises(jax.errors.JaxRuntimeError, match=r"NoGradientError.*input args\[1\]"):
+        jax.grad(lambda x, u: layer(x, u).sum(), argnums=(0, 1))(x, u)
+    g = jax.grad(lambda x, u: layer(x, jax.lax.stop_gradient(u)).sum(), argnums=(0, 1))(x, u)
+    np.testing.assert_array_equal(g[1], np.zeros(3))  # zero on purpose: JAX's own answer
+    np.testing.assert_array_equal(jax.grad(lambda x: layer(x, u).sum())(x), np.full(3, 2.0))
+
+
+@pytest.mark.usefixtures("path")
+def test_a_detached_input_is_an_error():
+    layer = interop.torch_call(lambda x, y: x + y.detach(), lambda x, y: x)
+    with pytest.raises(jax.errors.JaxRuntimeError, match=r"input args\[1\].*stop_gradient"):
+        jax.grad(lambda y: layer(jnp.ones(2), y).sum())(jnp.ones(2, F32))
+
+
+@pytest.mark.usefixtures("path")
+def test_a_result_without_history_is_an_error_when_its_cotangent_is_nonzero():
+    def fn(x):
+        with torch.no_grad():  # a kernel without a backward
+            cut = x * 3
+        return x * 2, cut
+
+    layer = interop.torch_call(fn, lambda x: (x, x))
+    x = jnp.ones(3, F32)
+    with pytest.raises(jax.errors.JaxRuntimeError, match=r"result\[1\].*no autograd history"):
+        jax.grad(lambda x: sum(r.sum() for r in layer(x)))(x)
+    g = jax.grad(lambda x: layer(x)[0].sum() + jax.lax.stop_gradient(layer(x)[1]).sum())(x)
+    np.testing.assert_array_equal(g, np.full(3, 2.0))
+    zero_ct = jax.vjp(layer, x)[1]((jnp.ones(3, F32), jnp.zeros(3, F32)))[0]
+    np.testing.assert_array_equal(zero_ct, np.full(3, 2.0))  # a zero cotangent is fine
+
+
+@pytest.mark.usefixtures("path")
+def test_an_error_inside_the_backward_keeps_fns_frames_in_the_message():
+    calls = []
+
+    def fn(x):
+        calls.append(1)
+        if len(calls) > 1:  # the backward runs fn again
+            raise ValueError("backward-only failure")
+        return x * 2
+
+    layer = interop.torch_call(fn, lambda x: x)
+    with pytest.raises(jax.errors.JaxRuntimeError, match="backward-only failure") as caught:
+        jax.grad(lambda x: layer(x).sum())(jnp.ones(2, F32))
+    assert "in fn" in str(caught.value)
+
+
+@pytest.mark.usefixtures("path")
+def test_fn_may_close_over_torch_parameters_which_jax_does_not_differentiate():
+    weight = torch.nn.Parameter(torch.tensor([1.0, 2.0, 3.0]))
+
+    def fn(x):
+        return x * weight  # requires grad through weight
+
+    layer = interop.torch_call(fn, lambda x: x)
+    x = jnp.array([1.0, 1.0, 2.0], F32)
+    np.testing.assert_array_equal(jax.jit(layer)(x), [1.0, 2.0, 6.0])
+    np.testing.assert_array_equal(jax.grad(lambda x: layer(x).sum())(x), [1.0, 2.0, 3.0])
+    assert weight.grad is None  # torch.autograd.grad fills only what JAX asked for
+
+
+@pytest.mark.usefixtures("path")
+def test_fn_may_compute_torch_gradients_inside_in_the_forward():
+    def inner_gradient(x):  # d/dx sum(x**3), by torch's autograd inside fn
+        leaf = x.detach().requires_grad_()
+        (grad,) = torch.autograd.grad((leaf**3).sum(), leaf)
+        return grad
+
+    layer = jax.jit(interop.torch_call(inner_gradient, lambda x: x))
+    np.testing.assert_allclose(layer(jnp.array([1.0, 2.0], F32)), [3.0, 12.0])

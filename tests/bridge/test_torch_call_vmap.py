@@ -1,0 +1,71 @@
+"""torch_call under jax.vmap: vmap_method as in jax.pure_callback; None refuses vmap."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+from support.torch_call import F32, path, spec  # noqa: F401  (path: a fixture)
+
+import interop
+from interop import errors
+
+METHODS = ["sequential", "expand_dims", "broadcast_all"]
+XS = jnp.linspace(-1, 1, 12, dtype=F32).reshape(3, 4)  # a batch of 3
+W = jnp.linspace(0.5, 2, 4, dtype=F32)
+
+
+def _layer(method, seen):
+    def fn(x, w):
+        seen.append((tuple(x.shape), tuple(w.shape)))
+        return torch.tanh(x * w)
+
+    # the promise is per element; vmap adds the batch axis
+    return interop.torch_call(fn, lambda x, w: spec(x.shape), vmap_method=method)
+
+
+def test_vmap_is_refused_by_default_naming_the_argument():
+    layer = interop.torch_call(lambda x: x * 2, lambda x: x)
+    with pytest.raises(errors.VmapNotAllowedError, match=r"vmap_method=None.*'sequential'"):
+        jax.vmap(layer)(XS)
+    with pytest.raises(NotImplementedError):  # the class JAX's own callbacks raise
+        jax.jit(jax.vmap(layer))(XS)
+
+
+@pytest.mark.usefixtures("path")
+@pytest.mark.parametrize("method", METHODS)
+def test_each_method_maps_as_pure_callback_does(method):
+    seen = []
+    out = jax.vmap(_layer(method, seen), in_axes=(0, None))(XS, W)
+    np.testing.assert_allclose(out, jnp.tanh(XS * W), rtol=1e-6)
+    expected = {
+        "sequential": [((4,), (4,))] * 3,  # once per element
+        "expand_dims": [((3, 4), (1, 4))],  # unbatched w gets an axis of 1
+        "broadcast_all": [((3, 4), (3, 4))],  # every argument gets the batch axis
+    }[method]
+    assert seen == expected
+
+
+@pytest.mark.usefixtures("path")
+@pytest.mark.parametrize("method", METHODS)
+def test_per_example_gradients_under_vmap_equal_pure_jax(method):
+    def loss(layer):
+        return lambda x, w: jnp.sum(layer(x, w) ** 2)
+
+    layer = _layer(method, [])
+    got = jax.vmap(jax.grad(loss(layer), argnums=(0, 1)), in_axes=(0, None))(XS, W)
+    expected = jax.vmap(jax.grad(loss(lambda x, w: jnp.tanh(x * w)), argnums=(0, 1)),
+                        in_axes=(0, None))(XS, W)  # fmt: skip
+    for g, e in zip(got, expected, strict=True):
+        np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.usefixtures("path")
+@pytest.mark.parametrize("method", METHODS)
+def test_gradient_of_a_vmapped_call_sums_over_the_batch(method):
+    layer = _layer(method, [])
+    got = jax.jit(jax.grad(lambda w: jnp.sum(jax.vmap(layer, in_axes=(0, None))(XS, w) ** 2)))(W)
+    expected = jax.grad(lambda w: jnp.sum(jnp.tanh(XS * w) ** 2))(W)
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
