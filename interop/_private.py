@@ -65,6 +65,16 @@ which releases it was checked against, what gates it, and what happens without i
   ``__init__`` may never have run: it reads the private ``_free_weak_ref`` that ``__init__``
   sets last (checked on torch 2.13). Gate: the attribute is set. Fallback: torch's own
   finaliser where ``cdata`` was set (the attribute renamed), else nothing (nothing is held).
+- :data:`transforms_active`: whether a ``torch.func`` transform is active:
+  ``torch._C._are_functorch_transforms_active`` (checked on torch 2.13), what
+  ``custom_function_call`` asks. Gate: it exists. Fallback: never (a transformed tensor
+  then reaches ``to_jax``, which refuses it: an error, not a wrong answer).
+- :func:`dual_level_active`: whether a forward-mode AD level is open:
+  ``torch.autograd.forward_ad._current_level`` (checked on torch 2.13). Gate: an int.
+  Fallback: ``True`` (every tensor is asked for its tangent: slower, never wrong).
+- :func:`jit_options`: a ``jax.jit`` wrapper's options as a hashable value, from its
+  ``_jit_info`` named tuple (checked on jax 0.10.2), so that wrappers made alike share
+  plans. Gate: it has named fields. Fallback: ``None`` (plans are kept per wrapper).
 - :func:`storage_from_weak`: the storage a ``StorageWeakRef`` refers to, while it lives:
   ``torch.UntypedStorage._new_with_weak_ptr(ref.cdata)`` (checked on torch 2.13). Gate: it
   exists. Fallback: ``None``, as for a freed storage (no public function turns a weak
@@ -516,3 +526,79 @@ def storage_from_weak(ref: StorageWeakRef) -> torch.UntypedStorage | None:
         return None  # pragma: no cover - depends on the installed torch
     found: torch.UntypedStorage | None = new(ref.cdata)
     return found
+
+
+def _transforms_inactive() -> bool:  # pragma: no cover - torch without the check
+    return False
+
+
+#: Whether a ``torch.func`` transform (grad, vjp, jvp, vmap...) is active now: torch's own
+#: check, ``torch._C._are_functorch_transforms_active`` (checked on torch 2.13), the one
+#: ``custom_function_call`` asks before routing an ``autograd.Function`` through functorch.
+#: Fallback: never (then a transformed tensor reaches ``to_jax``, which refuses it).
+transforms_active: Callable[[], bool] = getattr(
+    torch._C, "_are_functorch_transforms_active", _transforms_inactive
+)
+
+
+def dual_level_active() -> bool:
+    """Whether a forward-mode AD level is open (``with forward_ad.dual_level():``), read
+    from ``torch.autograd.forward_ad._current_level`` (checked on torch 2.13; -1 when
+    none is open). Fallback: ``True``, so that every tensor is asked for its tangent
+    (slower, never wrong).
+
+    Example:
+        >>> from torch.autograd import forward_ad
+        >>> with forward_ad.dual_level():
+        ...     inside = dual_level_active()
+        >>> inside, dual_level_active()
+        (True, False)
+    """
+    level = getattr(torch.autograd.forward_ad, "_current_level", None)
+    return not isinstance(level, int) or level >= 0
+
+
+#: The fields of a ``jax.jit`` wrapper's options that say nothing of what it computes.
+_JIT_DESCRIPTIONS = ("fun_sourceinfo", "fun_signature")
+
+
+def jit_options(fn: Any) -> tuple[Any, ...] | None:
+    """The options ``fn`` (a ``jax.jit`` wrapper) was made with, as a hashable value that is
+    equal for two wrappers made alike: from ``fn._jit_info``, a named tuple (checked on jax
+    0.10.2: static and donated arguments, shardings, layouts, ``keep_unused``, ``inline``,
+    compiler options...). JAX's own trace cache keys on the function and these options.
+    Fallback: ``None`` (the caller then keys on the wrapper itself).
+
+    Example:
+        >>> import jax
+        >>> def f(x, n):
+        ...     return x * n
+        >>> jit_options(jax.jit(f)) == jit_options(jax.jit(f))
+        True
+        >>> jit_options(jax.jit(f)) == jit_options(jax.jit(f, static_argnums=1))
+        False
+        >>> jit_options(f) is None
+        True
+    """
+    info = getattr(fn, "_jit_info", None)
+    fields = getattr(info, "_fields", None)
+    if not isinstance(fields, tuple):
+        return None
+    options = []
+    for name in fields:
+        if name in _JIT_DESCRIPTIONS:
+            continue
+        value = getattr(info, name)
+        try:
+            hash(value)
+        except TypeError:
+            value = repr(value)
+        if isinstance(value, tuple):  # leaves such as UnspecifiedValue() compare by identity
+            value = tuple(v if type(v) in _PLAIN else repr(v) for v in value)
+        elif type(value) not in _PLAIN and not hasattr(value, "num_leaves"):  # a treedef
+            value = repr(value)
+        options.append((name, value))
+    return tuple(options)
+
+
+_PLAIN = (type(None), bool, int, float, str, tuple)

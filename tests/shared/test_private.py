@@ -267,3 +267,27 @@ def test_a_weak_storage_reference_gives_the_live_storage_or_none(monkeypatch):
     ref = StorageWeakRef(tensor.untyped_storage())
     monkeypatch.setattr(private, "torch", types.SimpleNamespace(UntypedStorage=object))
     assert private.storage_from_weak(ref) is None
+
+
+def test_transforms_are_seen_while_torch_func_runs():
+    import torch
+
+    seen = []
+    torch.func.vmap(lambda x: seen.append(private.transforms_active()) or x)(torch.ones(2, 1))
+    assert seen == [True] and private.transforms_active() is False
+
+
+def test_without_the_forward_ad_level_every_tensor_is_asked(monkeypatch):
+    import torch
+
+    monkeypatch.delattr(torch.autograd.forward_ad, "_current_level")
+    assert private.dual_level_active() is True
+
+
+def test_jit_options_without_the_private_field_are_unknown():
+    import jax
+
+    jitted = jax.jit(lambda x: x)
+    assert private.jit_options(types.SimpleNamespace(_jit_info=object())) is None
+    assert private.jit_options(jitted) == private.jit_options(jax.jit(jitted.__wrapped__))
+    assert hash(private.jit_options(jax.jit(jitted.__wrapped__, donate_argnums=0)))
