@@ -22,38 +22,28 @@ import torch
 
 from .._compile import run_eagerly
 from .._errors import FunctionNotCallableError
-from . import _custom_op, _dlpack
-from ._autograd import call_differentiably, is_differentiated
-from ._handoff import to_jax, to_torch
-from ._vjp import Plan
+from . import _custom_op
+from ._autograd import run
+from ._functions import Function, function_for
 
 _is_compiling = torch.compiler.is_compiling
-
-
-def _to_jax_leaf(leaf: Any) -> Any:
-    if isinstance(leaf, torch.Tensor):
-        return to_jax(leaf.detach() if leaf.requires_grad else leaf)  # grad mode is off
-    return leaf
-
-
-def _to_torch_leaf(leaf: Any) -> Any:
-    return to_torch(leaf) if _dlpack.is_array_impl(leaf) else leaf
+_flatten = jax.tree_util.tree_flatten
 
 
 class Caller:
-    """What a ``jax_call`` wrapper holds: the function, whether it is jitted, its plans."""
+    """What a ``jax_call`` wrapper holds: the function, and what the bridge knows of it
+    (its :class:`~interop._bridge._functions.Function`, shared by every wrapper of it)."""
 
     def __init__(self, fn: Callable[..., Any]) -> None:
         self.fn = fn
-        self.jitted = callable(getattr(fn, "lower", None))  # jax.jit's wrappers have .lower
-        self.plans: dict[Any, Plan] = {}
+        self.function: Function = function_for(fn)
 
     def __call__(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        leaves, treedef = jax.tree_util.tree_flatten((args, kwargs))
-        if torch.is_grad_enabled() and any(map(is_differentiated, leaves)):
-            return call_differentiably(self.fn, self.jitted, self.plans, leaves, treedef)
-        jax_args, jax_kwargs = jax.tree_util.tree_unflatten(treedef, map(_to_jax_leaf, leaves))
-        return jax.tree_util.tree_map(_to_torch_leaf, self.fn(*jax_args, **jax_kwargs))
+        function = self.function
+        if not function.is_live():  # the wrapper it called was freed: call ours
+            function.adopt(self.fn)
+        leaves, treedef = _flatten((args, kwargs))
+        return run(function, leaves, treedef)
 
 
 run_eagerly(Caller.__call__, _custom_op.EAGER_ADVICE)  # type: ignore[arg-type]
@@ -138,7 +128,7 @@ def jax_call(fn: Callable[..., Any]) -> Callable[..., Any]:
             f"jax_call: fn must be a callable JAX function, got {fn!r} ({type(fn).__name__})"
         )
     caller = Caller(fn)
-    key = _custom_op.register(caller, getattr(fn, "__name__", type(fn).__name__))
+    key = _custom_op.register(caller)
 
     @functools.wraps(fn)
     def call(*args: Any, **kwargs: Any) -> Any:
