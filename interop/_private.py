@@ -75,6 +75,13 @@ which releases it was checked against, what gates it, and what happens without i
 - :func:`jit_options`: a ``jax.jit`` wrapper's options as a hashable value, from its
   ``_jit_info`` named tuple (checked on jax 0.10.2), so that wrappers made alike share
   plans. Gate: it has named fields. Fallback: ``None`` (plans are kept per wrapper).
+- :func:`legacy_vmap_level`, :func:`legacy_unbatched`, :func:`legacy_batched`: torch's
+  legacy vmap, which ``torch.autograd.grad(is_grads_batched=True)`` and
+  ``torch.autograd.functional.jacobian(vectorize=True)`` use and which has no rule for
+  an ``autograd.Function``: ``torch._C._functorch.is_legacy_batchedtensor``, the vmap
+  mode's nesting counters, ``torch._remove_batch_dim`` and ``torch._add_batch_dim``
+  (checked on torch 2.13). Gate: the first three exist. Fallback: a batched tensor is not
+  recognised and reaches ``to_jax``, which refuses it (an error, never a wrong answer).
 - :func:`storage_from_weak`: the storage a ``StorageWeakRef`` refers to, while it lives:
   ``torch.UntypedStorage._new_with_weak_ptr(ref.cdata)`` (checked on torch 2.13). Gate: it
   exists. Fallback: ``None``, as for a freed storage (no public function turns a weak
@@ -602,3 +609,41 @@ def jit_options(fn: Any) -> tuple[Any, ...] | None:
 
 
 _PLAIN = (type(None), bool, int, float, str, tuple)
+
+
+_is_legacy_batched: Any = getattr(torch._C._functorch, "is_legacy_batchedtensor", None)
+_vmapmode_nesting: Any = getattr(torch._C, "_vmapmode_increment_nesting", None)
+
+
+def legacy_vmap_level(tensors: Sequence[Any]) -> int | None:
+    """The level of torch's legacy vmap (what ``torch.autograd.grad(is_grads_batched=True)``
+    and ``jacobian(vectorize=True)`` batch with) if any of ``tensors`` is batched by it,
+    else ``None``. Private: ``torch._C._functorch.is_legacy_batchedtensor`` and
+    ``torch._C._vmapmode_increment_nesting``/``_decrement_nesting`` (checked on torch
+    2.13). Gate: all exist. Fallback: ``None`` (such a tensor then reaches ``to_jax``,
+    which refuses it).
+
+    Example:
+        >>> import torch
+        >>> legacy_vmap_level([torch.ones(2), None]) is None
+        True
+    """
+    if _is_legacy_batched is None or _vmapmode_nesting is None:
+        return None  # pragma: no cover - depends on the installed torch
+    if not any(t is not None and _is_legacy_batched(t) for t in tensors):
+        return None
+    level = int(_vmapmode_nesting())  # the level a new vmap would get: one more
+    torch._C._vmapmode_decrement_nesting()
+    return level - 1
+
+
+def legacy_unbatched(tensor: torch.Tensor, level: int) -> torch.Tensor:
+    """The plain tensor under a legacy-batched ``tensor``, its batch dimension first:
+    ``torch._remove_batch_dim`` (checked on torch 2.13)."""
+    return torch._remove_batch_dim(tensor, level, 0, 0)
+
+
+def legacy_batched(tensor: torch.Tensor, level: int) -> torch.Tensor:
+    """A plain tensor whose first dimension is the batch, as a legacy-batched tensor of
+    ``level``: ``torch._add_batch_dim`` (checked on torch 2.13)."""
+    return torch._add_batch_dim(tensor, 0, level)

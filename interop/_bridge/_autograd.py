@@ -189,6 +189,9 @@ class JaxFunction(torch.autograd.Function):
         call.revive()
         n_tensors = call.n_diff + sum(slot >= 0 for slot in call.tensor_slots)
         tensors = saved[:n_tensors]
+        level = _private.legacy_vmap_level(grads)
+        if level is not None:  # is_grads_batched=True, jacobian(vectorize=True)
+            return (None, *_legacy_batched_backward(call, tensors, grads, level))
         info: _vjp.ResidualInfo | None = ctx.info
         if info is None or torch.is_grad_enabled() or _transforms_active():
             # create_graph=True, or torch.func: a backward that is itself differentiable
@@ -365,6 +368,30 @@ def call_differentiably(
     results = JaxFunction.apply(call, *diff, *others)  # type: ignore[no-untyped-call]
     assert call.outputs is not None  # set by the forward (or the vmap rule)
     return call.outputs.rebuild(results)
+
+
+def _legacy_batched_backward(
+    call: Call, tensors: Sequence[torch.Tensor], grads: Sequence[torch.Tensor | None], level: int
+) -> list[torch.Tensor | None]:
+    """The backward of a batch of cotangents from torch's legacy vmap: one call of
+    ``jax.vmap`` of the VJP over them (``Plan.vjp_batched``)."""
+    if torch.is_grad_enabled():
+        raise NotImplementedError(
+            "interop.jax_call: batched gradients (is_grads_batched=True, or "
+            "torch.autograd.functional.jacobian(vectorize=True)) cannot be differentiated "
+            "again (create_graph=True) through a jax_call: torch's legacy vmap has no rule "
+            "for it. Use torch.func (vmap of vjp, jacrev, hessian) instead, which composes."
+        )
+    cotangents = [None if g is None else _private.legacy_unbatched(g, level) for g in grads]
+    diff = list(tensors[: call.n_diff])
+    arrays = [
+        tensors[slot] if slot >= 0 else array
+        for slot, array in zip(call.tensor_slots, call.arrays, strict=True)
+    ]
+    leaves, treedef = jax.tree_util.tree_flatten(((diff, arrays, cotangents), {}))
+    gradients = run(call.plan.vjp_batched, leaves, treedef)
+    batched = [_private.legacy_batched(g, level) for g in gradients]
+    return [*batched, *[None] * (len(tensors) - call.n_diff)]
 
 
 def higher_order(

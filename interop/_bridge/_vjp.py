@@ -237,6 +237,8 @@ class Plan:
         #: The gradients as a function of the inputs and cotangents: what a backward that
         #: is differentiated again (or transformed by ``torch.func``) calls, with its plans.
         self.vjp = self._derived(self._vjp, f"vjp({name})")
+        #: ``vjp`` over a batch of cotangents (their first axis), the inputs shared.
+        self.vjp_batched = self._derived(self._vjp_batched, f"vmap(vjp({name}))")
         #: The tangents of the results as a function of the inputs and their tangents.
         self.jvp = self._derived(self._jvp, f"jvp({name})")
         self._batched: dict[Any, Function] = {}
@@ -338,6 +340,9 @@ class Plan:
             t if jnp.issubdtype(o.dtype, jnp.inexact) else None
             for o, t in zip(outs, out_tangents, strict=True)
         ]
+
+    def _vjp_batched(self, diff: list[Any], arrays: list[Any], torch_cts: list[Any]) -> Any:
+        return jax.vmap(lambda cts: self._vjp(diff, arrays, cts))(torch_cts)
 
     def _vjp(self, diff: list[Any], arrays: list[Any], torch_cts: list[Any]) -> list[Any]:
         """The gradients as a JAX function of the inputs and of torch's cotangents (``None``

@@ -190,3 +190,12 @@ def test_integer_results_under_transforms():
     _close(grad(lambda x: split(x)[0].sum())(x), torch.cos(x))
     _, tangent = jvp(lambda x: split(x)[0], (x,), (torch.ones_like(x),))
     _close(tangent, torch.cos(x))
+
+
+def test_batched_gradients_of_gradients_are_refused_clearly():
+    w, x, _ = _data(2)
+    w = w.requires_grad_()
+    out = LAYERS["jitted"](w, x, 2.0)
+    with pytest.raises(NotImplementedError, match="Use torch\\.func"):
+        torch.autograd.grad(out, w, torch.randn(3, *out.shape), is_grads_batched=True,
+                            create_graph=True)  # fmt: skip

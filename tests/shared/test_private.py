@@ -291,3 +291,31 @@ def test_jit_options_without_the_private_field_are_unknown():
     assert private.jit_options(types.SimpleNamespace(_jit_info=object())) is None
     assert private.jit_options(jitted) == private.jit_options(jax.jit(jitted.__wrapped__))
     assert hash(private.jit_options(jax.jit(jitted.__wrapped__, donate_argnums=0)))
+
+
+def test_the_legacy_vmap_level_is_found_and_round_trips():
+    import torch
+
+    seen = []
+
+    class Probe(torch.autograd.Function):
+        @staticmethod
+        def forward(x):
+            return x * 1
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            pass
+
+        @staticmethod
+        def backward(ctx, grad):
+            level = private.legacy_vmap_level([None, grad])
+            plain = private.legacy_unbatched(grad, level)
+            seen.append(tuple(plain.shape))
+            return private.legacy_batched(plain * 3, level)
+
+    x = torch.ones(3, requires_grad=True)
+    cotangents = torch.arange(6.0).reshape(2, 3)
+    (got,) = torch.autograd.grad(Probe.apply(x), x, cotangents, is_grads_batched=True)
+    assert seen == [(2, 3)] and torch.equal(got, cotangents * 3)
+    assert private.legacy_vmap_level([cotangents]) is None
