@@ -300,21 +300,39 @@ def run(function: Function, leaves: list[Any], treedef: Any) -> Any:
     one autograd node where autograd, forward mode or a ``torch.func`` transform needs
     one, else by handing the tensors over and back. Returns its result with tensors for
     arrays (NumPy results converted by JAX's rules in both cases).
+
+    Raises:
+        NotImplementedError: a tensor batched by torch's legacy vmap, outside a backward
+            (see :data:`LEGACY_VMAP_ADVICE`).
     """
-    differentiated = _differentiates(leaves)
-    if differentiated is not None:
-        return call_differentiably(function, leaves, treedef, differentiated)
-    handoff = to_jax_or_copy if function.copies_inputs else to_jax
-    jax_args, jax_kwargs = jax.tree_util.tree_unflatten(
-        treedef,
-        [
+    try:
+        differentiated = _differentiates(leaves)
+        if differentiated is not None:
+            return call_differentiably(function, leaves, treedef, differentiated)
+        handoff = to_jax_or_copy if function.copies_inputs else to_jax
+        arguments = [
             handoff(leaf.detach() if leaf.requires_grad else leaf)
             if isinstance(leaf, torch.Tensor)
             else leaf
             for leaf in leaves
-        ],
-    )
+        ]
+    except RuntimeError as err:
+        if _private.legacy_vmap_level([x for x in leaves if isinstance(x, torch.Tensor)]) is None:
+            raise
+        raise NotImplementedError(LEGACY_VMAP_ADVICE) from err
+    jax_args, jax_kwargs = jax.tree_util.tree_unflatten(treedef, arguments)
     return results_to_torch(function(*jax_args, **jax_kwargs))
+
+
+#: Why a tensor batched by torch's legacy vmap cannot go through a jax_call.
+LEGACY_VMAP_ADVICE = (
+    "interop.jax_call: a tensor batched by torch's legacy vmap (torch._vmap_internals: "
+    "what torch.autograd.functional.jacobian(vectorize=True, strategy='forward-mode') and "
+    "gradcheck's check_batched_forward_grad use) reached a jax_call, which that vmap "
+    "cannot batch. Use torch.func (vmap, jacfwd, jacrev), which runs jax.vmap of the "
+    "function; batched backward passes (is_grads_batched=True, jacobian(vectorize=True) "
+    "in reverse mode) work."
+)
 
 
 def call_differentiably(

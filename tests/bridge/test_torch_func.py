@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 import torch
+from conftest import enable_x64
 from torch.autograd import forward_ad
 from torch.func import functional_call, grad, hessian, jacfwd, jacrev, jvp, vjp, vmap
 
@@ -199,3 +200,31 @@ def test_batched_gradients_of_gradients_are_refused_clearly():
     with pytest.raises(NotImplementedError, match="Use torch\\.func"):
         torch.autograd.grad(out, w, torch.randn(3, *out.shape), is_grads_batched=True,
                             create_graph=True)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [lambda w, x: jnp.sin(x @ w) * 2, lambda w, x: jnp.exp(x @ w) * jnp.conj(x @ w)],
+    ids=["real", "complex"],
+)
+def test_gradcheck_forward_mode_and_batched_gradients_in_float64(fn):
+    dtype = torch.complex128 if "conj" in repr(fn.__code__.co_names) else torch.float64
+    generator = torch.Generator().manual_seed(3)
+    w = torch.randn(3, 2, dtype=dtype, generator=generator, requires_grad=True)
+    x = torch.randn(2, 3, dtype=dtype, generator=generator, requires_grad=True)
+    call = interop.jax_call(jax.jit(fn))
+    with enable_x64():
+        assert torch.autograd.gradcheck(
+            call, (w, x), check_forward_ad=True, check_batched_grad=True,
+            check_batched_forward_grad=False, check_backward_ad=True,
+        )  # fmt: skip
+        assert torch.autograd.gradgradcheck(call, (w, x), check_fwd_over_rev=True,
+                                            check_rev_over_rev=True)  # fmt: skip
+
+
+def test_the_legacy_vmap_in_forward_mode_is_refused_naming_torch_func(layer):
+    w, x, _ = _data(2)
+    with pytest.raises(NotImplementedError, match=r"Use torch\.func"):
+        torch.autograd.functional.jacobian(
+            lambda w: layer(w, x, 2.0), w, vectorize=True, strategy="forward-mode"
+        )
