@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 # The benchmark scripts `make bench` runs (those present); `make bench BENCH_ARGS=--quick`.
 BENCHMARKS := $(wildcard benchmarks/bench_hot_path.py benchmarks/bench_handoff.py \
-	benchmarks/bench_workloads.py benchmarks/bench_jax_grad.py)
+	benchmarks/bench_workloads.py benchmarks/bench_jax_grad.py benchmarks/bench_grad_boundary.py)
 BENCH_ARGS ?=
 
 # `make test-newest-jax`: the handoff and training tests against the newest JAX, which

@@ -82,6 +82,12 @@ which releases it was checked against, what gates it, and what happens without i
   mode's nesting counters, ``torch._remove_batch_dim`` and ``torch._add_batch_dim``
   (checked on torch 2.13). Gate: the first three exist. Fallback: a batched tensor is not
   recognised and reaches ``to_jax``, which refuses it (an error, never a wrong answer).
+- :func:`autograd_function_apply`: an ``autograd.Function``'s ``apply`` without the
+  public method's ``inspect.signature`` binding on every call (the "public apply" row of
+  ``benchmarks/bench_grad_boundary.py`` shows what it saves): ``torch._C._FunctionBase``'s
+  C ``apply`` and ``torch._C._functorch.unwrap_if_dead`` (checked on torch 2.13). Gate:
+  both exist. Fallback: the public ``apply``. Used only while no ``torch.func``
+  transform is active (the public method routes those through functorch).
 - :func:`storage_from_weak`: the storage a ``StorageWeakRef`` refers to, while it lives:
   ``torch.UntypedStorage._new_with_weak_ptr(ref.cdata)`` (checked on torch 2.13). Gate: it
   exists. Fallback: ``None``, as for a freed storage (no public function turns a weak
@@ -647,3 +653,42 @@ def legacy_batched(tensor: torch.Tensor, level: int) -> torch.Tensor:
     """A plain tensor whose first dimension is the batch, as a legacy-batched tensor of
     ``level``: ``torch._add_batch_dim`` (checked on torch 2.13)."""
     return torch._add_batch_dim(tensor, 0, level)
+
+
+def autograd_function_apply(cls: Any) -> Callable[..., Any]:
+    """``cls.apply`` (a ``torch.autograd.Function``) for calls made while no ``torch.func``
+    transform is active, without the public method's per-call ``inspect.signature``
+    binding of ``forward``'s default arguments (``cls.forward`` must have none). Private:
+    ``torch._C._FunctionBase.apply``, the C method the public one ends in, and
+    ``torch._C._functorch.unwrap_if_dead``, which it applies to each tensor first
+    (checked on torch 2.13). Gate: both exist. Fallback: ``cls.apply``.
+
+    Example:
+        >>> import torch
+        >>> class Double(torch.autograd.Function):
+        ...     @staticmethod
+        ...     def forward(x):
+        ...         return x * 2
+        ...     @staticmethod
+        ...     def setup_context(ctx, inputs, output):
+        ...         pass
+        ...     @staticmethod
+        ...     def backward(ctx, grad):
+        ...         return grad * 2
+        >>> x = torch.ones(2, requires_grad=True)
+        >>> autograd_function_apply(Double)(x).sum().backward()
+        >>> x.grad
+        tensor([2., 2.])
+    """
+    base = getattr(torch._C, "_FunctionBase", None)
+    descriptor = vars(base).get("apply") if base is not None else None
+    unwrap = getattr(torch._C._functorch, "unwrap_if_dead", None)
+    if descriptor is None or unwrap is None or not hasattr(descriptor, "__get__"):
+        return cls.apply  # type: ignore[no-any-return]  # pragma: no cover - other torch
+    apply = descriptor.__get__(None, cls)
+    tensor = torch.Tensor
+
+    def fast_apply(*args: Any) -> Any:
+        return apply(*[unwrap(a) if isinstance(a, tensor) else a for a in args])
+
+    return fast_apply

@@ -50,7 +50,7 @@ _transforms_active = _private.transforms_active
 _dual_level_active = _private.dual_level_active
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(slots=True)
 class Call:
     """One differentiable call: its plan, its non-differentiated arrays, and what the
     forward found out.
@@ -68,6 +68,8 @@ class Call:
     outputs: _vjp.Outputs | None = None
     residuals: _vjp.Residuals | None = None
     kept: list[Any] | None = None  # the residuals as tensors where torch has their dtype
+    #: The forward's residual leaves as JAX arrays, for the first backward (then dropped).
+    leaves: list[Any] | None = None
 
     def revive(self) -> None:
         """Make the function callable again if every wrapper of it was freed since the
@@ -150,9 +152,16 @@ class JaxFunction(torch.autograd.Function):
     def forward(call: Call, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
         handoff = _handoff(call)
         diff = [handoff(t.detach()) for t in tensors[: call.n_diff]]
-        outs, residuals = call.plan.forward(diff, _jax_arrays(call, tensors))
-        call.outputs = residuals.info.outputs
+        arrays = _jax_arrays(call, tensors)
+        outs, residuals = call.plan.forward(diff, arrays)
+        info = residuals.info
+        call.outputs = info.outputs
         call.residuals = residuals
+        # What the first backward reads, as JAX arrays already over the same bytes: it
+        # uses them once torch's version counters have vouched for the tensors (a copy of
+        # none of them; they live no longer than the saved tensors do).
+        sources = {_vjp.KEPT: residuals.kept, _vjp.INPUT: [*diff, *arrays], _vjp.OUTPUT: outs}
+        call.leaves = [sources[kind][index] for kind, index in info.where]
         return _results(outs, tensors)
 
     @staticmethod
@@ -162,7 +171,8 @@ class JaxFunction(torch.autograd.Function):
         ctx.call = call
         ctx.inexact = tuple(map(_inexact, output))
         ctx.set_materialize_grads(False)
-        ctx.save_for_forward(*tensors)
+        if _dual_level_active() or _transforms_active():  # else jvp is never called
+            ctx.save_for_forward(*tensors)
         residuals = call.residuals
         if residuals is None:  # the vmap rule ran instead of the forward: no residuals
             ctx.info = None
@@ -191,24 +201,17 @@ class JaxFunction(torch.autograd.Function):
         tensors = saved[:n_tensors]
         level = _private.legacy_vmap_level(grads)
         if level is not None:  # is_grads_batched=True, jacobian(vectorize=True)
-            return (None, *_legacy_batched_backward(call, tensors, grads, level))
+            needed = _needed(ctx, call)
+            return (None, *_legacy_batched_backward(call, tensors, grads, level, needed))
         info: _vjp.ResidualInfo | None = ctx.info
         if info is None or torch.is_grad_enabled() or _transforms_active():
             # create_graph=True, or torch.func: a backward that is itself differentiable
             # (and transformable: a call of this Function on the VJP).
-            return (None, *higher_order(call, tensors, grads))
-        n_read = sum(kind == _vjp.OUTPUT for kind, _ in info.where)
-        read = iter(saved[n_tensors : n_tensors + n_read])
-        kept = iter(saved[n_tensors + n_read :])
-        leaves = []
-        for kind, index in info.where:
-            if kind == _vjp.KEPT:
-                array = ctx.untensored.get(index)
-                leaves.append(to_jax(next(kept)) if array is None else array)
-            elif kind == _vjp.OUTPUT:
-                leaves.append(to_jax(next(read).detach()))
-            else:
-                leaves.append(_input_array(call, tensors, index))
+            return (None, *higher_order(call, tensors, grads, _needed(ctx, call)))
+        leaves = call.leaves
+        call.leaves = None  # a second backward (retain_graph=True) hands the tensors over
+        if leaves is None:
+            leaves = _residual_leaves(ctx, call, saved, n_tensors, info)
         kinds, given = [], []
         for grad, inexact in zip(grads, ctx.inexact, strict=True):
             if not inexact:
@@ -218,8 +221,8 @@ class JaxFunction(torch.autograd.Function):
             else:
                 kinds.append(_vjp.GIVEN)
                 given.append(cotangent_to_jax(grad))
-        arrays = call.plan.backward(info, tuple(kinds))(leaves, given)
-        gradients = [to_torch(g) for g in arrays]
+        backward = call.plan.backward(info, tuple(kinds), _needed(ctx, call))
+        gradients = [None if g is None else to_torch(g) for g in backward(leaves, given)]
         if not call.plan.jitted:  # eager JAX may return a cotangent, or one array twice
             gradients = unshared(gradients, (*grads, *saved))  # type: ignore[assignment]
         return (None, *gradients, *[None] * (n_tensors - call.n_diff))
@@ -252,6 +255,29 @@ class JaxFunction(torch.autograd.Function):
         call.outputs = returned.outputs
         return tuple(returned.arrays), (0,) * len(returned.arrays)
 
+
+def _residual_leaves(
+    ctx: Any, call: Call, saved: Sequence[torch.Tensor], n_tensors: int, info: _vjp.ResidualInfo
+) -> list[Any]:
+    """The VJP's leaves handed over anew from the saved tensors (so never stale)."""
+    n_read = sum(kind == _vjp.OUTPUT for kind, _ in info.where)
+    read = iter(saved[n_tensors : n_tensors + n_read])
+    kept = iter(saved[n_tensors + n_read :])
+    leaves = []
+    for kind, index in info.where:
+        if kind == _vjp.KEPT:
+            array = ctx.untensored.get(index)
+            leaves.append(to_jax(next(kept)) if array is None else array)
+        elif kind == _vjp.OUTPUT:
+            leaves.append(to_jax(next(read).detach()))
+        else:
+            leaves.append(_input_array(call, saved[:n_tensors], index))
+    return leaves
+
+
+#: ``JaxFunction.apply`` where no ``torch.func`` transform is active, without the public
+#: method's per-call signature binding (``_private.autograd_function_apply``).
+_apply = _private.autograd_function_apply(JaxFunction)
 
 #: Plans kept per function: beyond this many signatures the oldest is dropped.
 MAX_PLANS = 256
@@ -383,13 +409,23 @@ def call_differentiably(
     n_diff = len(diff)
     slots_of_tensors = tuple(s + n_diff if s >= 0 else -1 for s in slots)
     call = Call(plan, n_diff, arrays, slots_of_tensors, wrapper=function.live())
-    results = JaxFunction.apply(call, *diff, *others)  # type: ignore[no-untyped-call]
+    apply: Any = JaxFunction.apply if _transforms_active() else _apply
+    results = apply(call, *diff, *others)
     assert call.outputs is not None  # set by the forward (or the vmap rule)
     return call.outputs.rebuild(results)
 
 
+def _needed(ctx: Any, call: Call) -> tuple[bool, ...]:
+    """Which differentiated inputs the backward must give a gradient for."""
+    return tuple(ctx.needs_input_grad[1 : 1 + call.n_diff])
+
+
 def _legacy_batched_backward(
-    call: Call, tensors: Sequence[torch.Tensor], grads: Sequence[torch.Tensor | None], level: int
+    call: Call,
+    tensors: Sequence[torch.Tensor],
+    grads: Sequence[torch.Tensor | None],
+    level: int,
+    needed: tuple[bool, ...],
 ) -> list[torch.Tensor | None]:
     """The backward of a batch of cotangents from torch's legacy vmap: one call of
     ``jax.vmap`` of the VJP over them (``Plan.vjp_batched``)."""
@@ -406,14 +442,17 @@ def _legacy_batched_backward(
         tensors[slot] if slot >= 0 else array
         for slot, array in zip(call.tensor_slots, call.arrays, strict=True)
     ]
-    leaves, treedef = jax.tree_util.tree_flatten(((diff, arrays, cotangents), {}))
+    leaves, treedef = jax.tree_util.tree_flatten(((diff, arrays, cotangents, needed), {}))
     gradients = run(call.plan.vjp_batched, leaves, treedef)
-    batched = [_private.legacy_batched(g, level) for g in gradients]
+    batched = [None if g is None else _private.legacy_batched(g, level) for g in gradients]
     return [*batched, *[None] * (len(tensors) - call.n_diff)]
 
 
 def higher_order(
-    call: Call, tensors: Sequence[torch.Tensor], grads: Sequence[torch.Tensor | None]
+    call: Call,
+    tensors: Sequence[torch.Tensor],
+    grads: Sequence[torch.Tensor | None],
+    needed: tuple[bool, ...],
 ) -> list[torch.Tensor | None]:
     """The backward as a differentiable call of ``Plan.vjp`` (``create_graph=True``, or a
     ``torch.func`` transform): the gradients keep a graph, so they can be differentiated
@@ -423,6 +462,6 @@ def higher_order(
         tensors[slot] if slot >= 0 else array
         for slot, array in zip(call.tensor_slots, call.arrays, strict=True)
     ]
-    leaves, treedef = jax.tree_util.tree_flatten(((diff, arrays, list(grads)), {}))
+    leaves, treedef = jax.tree_util.tree_flatten(((diff, arrays, list(grads), needed), {}))
     gradients = run(call.plan.vjp, leaves, treedef)
     return [*gradients, *[None] * (len(tensors) - call.n_diff)]

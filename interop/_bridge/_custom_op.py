@@ -74,15 +74,28 @@ class _Caller(Protocol):
     def __call__(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any: ...
 
 
-_callers: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
+_lock = threading.Lock()
+#: Per key, the callers of the wrappers of that function (any live one serves).
+_callers: dict[str, list[weakref.ReferenceType[Any]]] = {}
 
 
 def register(caller: _Caller) -> str:
     """Register a ``jax_call`` wrapper's caller; returns the key its traces name it by: its
     function's key, the same in every process (``_functions.py``)."""
     key = caller.function.op_key
-    _callers[key] = caller
+    with _lock:
+        alive = [ref for ref in _callers.get(key, ()) if ref() is not None]
+        _callers[key] = [*alive, weakref.ref(caller)]
     return key
+
+
+def _caller(key: str) -> _Caller:
+    """A live caller of the function named ``key`` (the one registered first)."""
+    for ref in _callers.get(key, ()):
+        caller = ref()
+        if caller is not None:
+            return caller  # type: ignore[no-any-return]
+    raise KeyError(f"jax_call: no live wrapper of the function named {key!r}")
 
 
 # ----- the description Dynamo traces (plain Python only) -----
@@ -163,7 +176,7 @@ def traced_call(caller_key: str, args: tuple[Any, ...], kwargs: dict[str, Any]) 
 
 
 def _call_eagerly(caller_key: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    return _callers[caller_key](args, kwargs)
+    return _caller(caller_key)(args, kwargs)
 
 
 run_eagerly(_call_eagerly, EAGER_ADVICE)  # type: ignore[arg-type]
@@ -186,7 +199,6 @@ class Entry:
 
 
 _entries: dict[str, Entry] = {}
-_lock = threading.Lock()
 #: Marks a backward's key: ``<forward key>'<differentiated mask>.<given mask>``.
 BACKWARD = "'"
 
@@ -201,7 +213,7 @@ def _op_key(caller_key: str, structure: Any) -> str:
     key = f"{caller_key}/{_digest(structure)}"
     with _lock:
         if key not in _entries:  # a compiled graph may call it later: keep the wrapper
-            caller = _callers[caller_key]
+            caller = _caller(caller_key)
             _entries[key] = Entry(caller.fn, structure, caller.function.jitted)
     return key
 

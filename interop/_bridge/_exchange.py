@@ -103,6 +103,11 @@ def cotangent_to_jax(grad: torch.Tensor) -> Any:
         >>> a.shape, a.unsafe_buffer_pointer() == g.data_ptr()
         ((1, 1), True)
     """
+    if grad.is_contiguous():  # the usual case, handed over as it is
+        try:
+            return to_jax(grad.detach())
+        except _CANNOT_ALIAS:
+            pass
     return to_jax_or_copy(compact_cotangent(grad.detach()))
 
 

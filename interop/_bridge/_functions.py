@@ -195,8 +195,13 @@ def describe(value: Any, depth: int = DEPTH, seen: frozenset[int] = frozenset())
         return repr(value)
     if depth <= 0 or id(value) in seen:
         return ("...", _type_name(type(value)))
-    seen = seen | {id(value)}
-    deeper = depth - 1
+    try:
+        return _describe(value, depth - 1, seen | {id(value)})
+    except Exception:  # an attribute that raises when read: the type says enough
+        return ("object", _type_name(type(value)))
+
+
+def _describe(value: Any, deeper: int, seen: frozenset[int]) -> Any:
     if isinstance(value, types.FunctionType):
         return _describe_function(value, deeper, seen)
     if isinstance(value, types.CodeType):

@@ -218,7 +218,7 @@ class Plan:
         >>> leaves, treedef = jax.tree_util.tree_flatten(((jnp.ones(3),), {}))
         >>> plan = Plan(jnp.sin, Signature(treedef, (DIFF,), ()), jitted=False)
         >>> outs, residuals = plan.forward([jnp.zeros(3)], [])
-        >>> plan.backward(residuals.info, (GIVEN,))(residuals.kept, [jnp.ones(3)])
+        >>> plan.backward(residuals.info, (GIVEN,), (True,))(residuals.kept, [jnp.ones(3)])
         [Array([1., 1., 1.], dtype=float32)]
     """
 
@@ -232,19 +232,21 @@ class Plan:
         self.forward: Callable[[list[Any], list[Any]], tuple[list[Any], Residuals]] = (
             jax.jit(self._forward) if jitted else self._forward
         )
-        self._backwards: dict[tuple[ResidualInfo, tuple[int, ...]], Callable[..., Any]] = {}
+        self._backwards: dict[Any, Callable[..., Any]] = {}
         name = getattr(fn, "name", getattr(fn, "__name__", "fn"))
         #: The gradients as a function of the inputs and cotangents: what a backward that
         #: is differentiated again (or transformed by ``torch.func``) calls, with its plans.
-        self.vjp = self._derived(self._vjp, f"vjp({name})")
+        #: Its last argument, which gradients are needed, is static.
+        self.vjp = self._derived(self._vjp, f"vjp({name})", static=3)
         #: ``vjp`` over a batch of cotangents (their first axis), the inputs shared.
-        self.vjp_batched = self._derived(self._vjp_batched, f"vmap(vjp({name}))")
+        self.vjp_batched = self._derived(self._vjp_batched, f"vmap(vjp({name}))", static=3)
         #: The tangents of the results as a function of the inputs and their tangents.
         self.jvp = self._derived(self._jvp, f"jvp({name})")
         self._batched: dict[Any, Function] = {}
 
-    def _derived(self, fn: Callable[..., Any], name: str) -> Function:
-        return Function(jax.jit(fn) if self.jitted else fn, name, shared=False, copies_inputs=True)
+    def _derived(self, fn: Callable[..., Any], name: str, static: int | None = None) -> Function:
+        derived = jax.jit(fn, static_argnums=static) if self.jitted else fn
+        return Function(derived, name, shared=False, copies_inputs=True)
 
     def _primal(self, arrays: Sequence[Any], box: list[Outputs]) -> Callable[..., list[Any]]:
         """``fn`` as a function of the differentiated arrays, returning its array leaves
@@ -280,18 +282,20 @@ class Plan:
         return outs, Residuals(kept, ResidualInfo(treedef, tuple(where), box[0]))
 
     def backward(
-        self, info: ResidualInfo, kinds: tuple[int, ...]
+        self, info: ResidualInfo, kinds: tuple[int, ...], needed: tuple[bool, ...]
     ) -> Callable[[list[Any], list[Any]], list[Any]]:
         """The backward of a forward whose residuals ``info`` describes, for cotangents of
         the given kinds: a function of (the VJP's leaves, the given cotangents) returning
-        one gradient per differentiated input."""
-        key = (info, kinds)
+        one gradient per differentiated input, ``None`` where it is not ``needed`` (and,
+        jitted, not computed)."""
+        key = (info, kinds, needed)
         backward = self._backwards.get(key)
         if backward is None:
 
             def backward(leaves: list[Any], given: list[Any]) -> list[Any]:
                 vjp = jax.tree_util.tree_unflatten(info.treedef, leaves)
-                return gradients(vjp(cotangents(info.outputs.avals, kinds, given)))
+                grads = gradients(vjp(cotangents(info.outputs.avals, kinds, given)))
+                return [g if n else None for g, n in zip(grads, needed, strict=True)]
 
             if self.jitted:
                 backward = jax.jit(backward)
@@ -341,18 +345,34 @@ class Plan:
             for o, t in zip(outs, out_tangents, strict=True)
         ]
 
-    def _vjp_batched(self, diff: list[Any], arrays: list[Any], torch_cts: list[Any]) -> Any:
-        return jax.vmap(lambda cts: self._vjp(diff, arrays, cts))(torch_cts)
+    def _vjp_batched(
+        self, diff: list[Any], arrays: list[Any], torch_cts: list[Any], needed: tuple[bool, ...]
+    ) -> Any:
+        return jax.vmap(lambda cts: self._vjp(diff, arrays, cts, needed))(torch_cts)
 
-    def _vjp(self, diff: list[Any], arrays: list[Any], torch_cts: list[Any]) -> list[Any]:
+    def _vjp(
+        self, diff: list[Any], arrays: list[Any], torch_cts: list[Any], needed: tuple[bool, ...]
+    ) -> list[Any]:
         """The gradients as a JAX function of the inputs and of torch's cotangents (``None``
-        where torch gave none): the backward that can itself be differentiated."""
+        where torch gave none): the backward that can itself be differentiated. Only the
+        ``needed`` gradients are computed (``None`` for the others): under ``jax.vmap`` a
+        per-sample gradient nobody asked for can cost more than the rest together."""
         box: list[Outputs] = []
-        _, vjp = jax.vjp(self._primal(arrays, box), *diff)
+        primal = self._primal(arrays, box)
+        positions = [i for i, n in enumerate(needed) if n]
+
+        def of_needed(*values: Any) -> list[Any]:
+            full = list(diff)
+            for position, value in zip(positions, values, strict=True):
+                full[position] = value
+            return primal(*full)
+
+        _, vjp = jax.vjp(of_needed, *(diff[p] for p in positions))
         outputs = box[0]
         kinds = tuple(
             GIVEN if ct is not None else ZERO if jnp.issubdtype(dtype, jnp.inexact) else FLOAT0
             for ct, (_, dtype) in zip(torch_cts, outputs.avals, strict=True)
         )
         given = [ct for ct in torch_cts if ct is not None]
-        return gradients(vjp(cotangents(outputs.avals, kinds, given)))
+        found = iter(gradients(vjp(cotangents(outputs.avals, kinds, given))))
+        return [next(found) if n else None for n in needed]
