@@ -1,14 +1,19 @@
 """``jax_call``: a JAX function for torch callers, zero-copy both ways, differentiable, and
 compiled whole by ``torch.compile``.
 
-Three paths, chosen per call:
+Three paths, chosen per call (``_autograd.run``):
 
-- no gradient needed (grad mode off, or no input requires grad): hand the tensors over
-  with ``to_jax``, call the function, hand the results back with ``to_torch``;
-- a gradient needed: one autograd node (``_autograd.py``) whose backward is JAX's
-  vector-Jacobian product (``_vjp.py``);
+- no gradient needed (grad mode off, no input requires grad or carries a forward-mode
+  tangent, no ``torch.func`` transform active): hand the tensors over with ``to_jax``,
+  call the function, hand the results back with ``to_torch``;
+- a gradient or a transform needed: one autograd node (``_autograd.py``) whose backward is
+  JAX's vector-Jacobian product (``_vjp.py``), with ``jvp`` and ``vmap`` rules for forward
+  mode and ``torch.func.vmap``;
 - while ``torch.compile`` traces: the custom op ``functional_ws::jax_call``
   (``_custom_op.py``), so that the compiled graph holds the call whole.
+
+What the bridge knows of the function (its plans, its op key) is kept per function, not
+per wrapper (``_functions.py``).
 """
 
 from __future__ import annotations
@@ -69,7 +74,19 @@ def jax_call(fn: Callable[..., Any]) -> Callable[..., Any]:
     jitted ``fn`` the forward and the backward are each one cached jitted call; an
     unjitted ``fn`` runs eagerly (``jax.vjp`` per call, much slower). Gradients of
     gradients (``create_graph=True``) work to any order. Complex gradients follow torch's
-    convention (conjugate Wirtinger).
+    convention (conjugate Wirtinger). Every gradient is a buffer of its own (never torch's
+    incoming gradient, another gradient or a result), and any gradient torch hands the
+    backward is accepted: one JAX cannot alias (a slice at an odd address, as ``cat``'s
+    backward makes) is copied, not refused.
+
+    ``torch.func`` and forward mode: ``grad``, ``vjp``, ``jacrev``, ``jacfwd``, ``hessian``,
+    ``functional_call``, ``vmap`` (one ``jax.vmap`` call for the whole batch, so
+    ``vmap(grad(loss))`` gives per-sample gradients), ``jvp`` and dual tensors
+    (``jax.jvp``) work, composed in any order.
+
+    Plans belong to the function: a wrapper made anew on every step
+    (``jax_call(jax.jit(f))`` inside ``forward()``) reuses what the first compiled, as
+    ``jax.jit`` does for the same ``f``.
 
     What the backward reads: the inputs and the results JAX's backward needs are kept as
     torch keeps its own (``save_for_backward``, no copy). Overwriting one of them in place
