@@ -17,7 +17,16 @@ compiles whole, under ``fullgraph=True`` too:
   backward after an in-place overwrite) and runs the vector-Jacobian product as a second
   call of the same op: inside a graph a custom op can hand autograd only tensors, so the
   backward recomputes the JAX forward (rematerialisation) instead of keeping JAX's
-  residuals. Gradients of gradients work the same way, to any order.
+  residuals. Gradients of gradients work the same way, to any order. A cotangent JAX
+  cannot alias (a slice at an odd address) is copied there, not refused.
+
+Keys: the op's first argument names what it runs, and torch caches compiled graphs, that
+argument in them, on disk (AOTAutograd's and inductor's caches, on by default): a later
+process may run a graph it never traced. So a key means the same in every process: a
+forward's is the function's key (``_functions.py``: a fingerprint of its code, closures
+and globals read) and a digest of the argument description; a backward's is its
+forward's key and the grad masks (:func:`backward_key`), and its entry is made from the
+forward's on first use, when a cached backward graph runs it.
 
 Shapes: JAX compiles per shape, so the fake implementation specialises the graph on the
 inputs' shapes and ints (a symbolic size becomes a guard on its value). A new shape
