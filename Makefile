@@ -13,6 +13,9 @@ BENCH_ARGS ?=
 # torch's CUDA build from PyPI (about 5 GB installed; the local CPU wheel is for 3.11).
 PYTHON312 ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python3.12) python3.12)
 VENV312 := .venv-py312
+# The torch it runs against: `make test-newest-jax NEWEST_TORCH=2.15.0` (where a pip
+# constraints file caps torch, add PIP_CONSTRAINT= to lift it).
+NEWEST_TORCH ?= 2.13.0
 NEWEST_JAX_TESTS := tests/bridge tests/shared/test_private.py
 
 .PHONY: demo picture notebooks test lint typecheck pytest bench clean test-newest-jax
@@ -59,7 +62,7 @@ bench: $(STAMP) $(VENV)/.bench
 
 test-newest-jax:
 	test -x $(VENV312)/bin/python || $(PYTHON312) -m venv $(VENV312)
-	$(VENV312)/bin/python -m pip install --quiet torch==2.13.0
+	$(VENV312)/bin/python -m pip install --quiet torch==$(NEWEST_TORCH)
 	$(VENV312)/bin/python -m pip install --quiet -e '.[dev]'
 	$(VENV312)/bin/python -m pip install --quiet --upgrade jax jaxlib
 	$(VENV312)/bin/python -c "import sys, jax, torch; print('python', sys.version.split()[0], \
