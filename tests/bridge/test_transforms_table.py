@@ -21,7 +21,8 @@ COVERED = (
 def _rows() -> list[list[str]]:
     text = (ROOT / "README.md").read_text()
     section = text.split("### Transforms\n", 1)[1].split("\n### ", 1)[0]
-    lines = [line for line in section.splitlines() if line.startswith("| ")]
+    lines = section.split("\n| ", 1)[1].split("\n\n", 1)[0].splitlines()  # the first table
+    lines = ["| " + lines[0], *lines[1:]]
     rows = [[cell.strip() for cell in line.strip("|").split(" | ")] for line in lines[1:]]
     return [row for row in rows if not row[0].startswith("---")]
 
