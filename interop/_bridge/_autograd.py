@@ -224,7 +224,7 @@ class JaxFunction(torch.autograd.Function):
         backward = call.plan.backward(info, tuple(kinds), _needed(ctx, call))
         gradients = [None if g is None else to_torch(g) for g in backward(leaves, given)]
         if not call.plan.jitted:  # eager JAX may return a cotangent, or one array twice
-            gradients = unshared(gradients, (*grads, *saved))  # type: ignore[assignment]
+            gradients = unshared(gradients, (*grads, *saved))
         return (None, *gradients, *[None] * (n_tensors - call.n_diff))
 
     @staticmethod
