@@ -13,8 +13,8 @@ BENCH_ARGS ?=
 # torch's CUDA build from PyPI (about 5 GB installed; the local CPU wheel is for 3.11).
 PYTHON312 ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python3.12) python3.12)
 VENV312 := .venv-py312
-# The torch it runs against: `make test-newest-jax NEWEST_TORCH=2.15.0` (where a pip
-# constraints file caps torch, add PIP_CONSTRAINT= to lift it).
+# The torch it runs against: `make test-newest-jax NEWEST_TORCH=2.15.0` (where pip's
+# configuration caps torch through a constraints file, PIP_CONFIG_FILE=/dev/null lifts it).
 NEWEST_TORCH ?= 2.13.0
 NEWEST_JAX_TESTS := tests/bridge tests/shared/test_private.py
 
