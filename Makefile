@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 # The benchmark scripts `make bench` runs (those present); `make bench BENCH_ARGS=--quick`.
 BENCHMARKS := $(wildcard benchmarks/bench_hot_path.py benchmarks/bench_handoff.py \
-	benchmarks/bench_workloads.py benchmarks/bench_jax_grad.py \
+	benchmarks/bench_workloads.py benchmarks/bench_jax_grad.py benchmarks/bench_grad_boundary.py \
 	benchmarks/bench_torch_call.py)
 BENCH_ARGS ?=
 
@@ -14,6 +14,9 @@ BENCH_ARGS ?=
 # torch's CUDA build from PyPI (about 5 GB installed; the local CPU wheel is for 3.11).
 PYTHON312 ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python3.12) python3.12)
 VENV312 := .venv-py312
+# The torch it runs against: `make test-newest-jax NEWEST_TORCH=2.15.0` (where pip's
+# configuration caps torch through a constraints file, PIP_CONFIG_FILE=/dev/null lifts it).
+NEWEST_TORCH ?= 2.13.0
 NEWEST_JAX_TESTS := tests/bridge tests/shared/test_private.py
 
 .PHONY: demo picture notebooks test lint typecheck pytest bench clean test-newest-jax
@@ -60,7 +63,7 @@ bench: $(STAMP) $(VENV)/.bench
 
 test-newest-jax:
 	test -x $(VENV312)/bin/python || $(PYTHON312) -m venv $(VENV312)
-	$(VENV312)/bin/python -m pip install --quiet torch==2.13.0
+	$(VENV312)/bin/python -m pip install --quiet torch==$(NEWEST_TORCH)
 	$(VENV312)/bin/python -m pip install --quiet -e '.[dev]'
 	$(VENV312)/bin/python -m pip install --quiet --upgrade jax jaxlib
 	$(VENV312)/bin/python -c "import sys, jax, torch; print('python', sys.version.split()[0], \

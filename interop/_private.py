@@ -66,6 +66,29 @@ which releases it was checked against, what gates it, and what happens without i
   ``__init__`` may never have run: it reads the private ``_free_weak_ref`` that ``__init__``
   sets last (checked on torch 2.13). Gate: the attribute is set. Fallback: torch's own
   finaliser where ``cdata`` was set (the attribute renamed), else nothing (nothing is held).
+- :data:`transforms_active`: whether a ``torch.func`` transform is active:
+  ``torch._C._are_functorch_transforms_active`` (checked on torch 2.13), what
+  ``custom_function_call`` asks. Gate: it exists. Fallback: never (a transformed tensor
+  then reaches ``to_jax``, which refuses it: an error, not a wrong answer).
+- :func:`dual_level_active`: whether a forward-mode AD level is open:
+  ``torch.autograd.forward_ad._current_level`` (checked on torch 2.13). Gate: an int.
+  Fallback: ``True`` (every tensor is asked for its tangent: slower, never wrong).
+- :func:`jit_options`: a ``jax.jit`` wrapper's options as a hashable value, from its
+  ``_jit_info`` named tuple (checked on jax 0.10.2), so that wrappers made alike share
+  plans. Gate: it has named fields. Fallback: ``None`` (plans are kept per wrapper).
+- :func:`legacy_vmap_level`, :func:`legacy_unbatched`, :func:`legacy_batched`: torch's
+  legacy vmap, which ``torch.autograd.grad(is_grads_batched=True)`` and
+  ``torch.autograd.functional.jacobian(vectorize=True)`` use and which has no rule for
+  an ``autograd.Function``: ``torch._C._functorch.is_legacy_batchedtensor``, the vmap
+  mode's nesting counters, ``torch._remove_batch_dim`` and ``torch._add_batch_dim``
+  (checked on torch 2.13). Gate: the first three exist. Fallback: a batched tensor is not
+  recognised and reaches ``to_jax``, which refuses it (an error, never a wrong answer).
+- :func:`autograd_function_apply`: an ``autograd.Function``'s ``apply`` without the
+  public method's ``inspect.signature`` binding on every call (the "public apply" row of
+  ``benchmarks/bench_grad_boundary.py`` shows what it saves): ``torch._C._FunctionBase``'s
+  C ``apply`` and ``torch._C._functorch.unwrap_if_dead`` (checked on torch 2.13). Gate:
+  both exist. Fallback: the public ``apply``. Used only while no ``torch.func``
+  transform is active (the public method routes those through functorch).
 - :func:`storage_from_weak`: the storage a ``StorageWeakRef`` refers to, while it lives:
   ``torch.UntypedStorage._new_with_weak_ptr(ref.cdata)`` (checked on torch 2.13). Gate: it
   exists. Fallback: ``None``, as for a freed storage (no public function turns a weak
@@ -513,3 +536,156 @@ def storage_from_weak(ref: StorageWeakRef) -> torch.UntypedStorage | None:
         return None  # pragma: no cover - depends on the installed torch
     found: torch.UntypedStorage | None = new(ref.cdata)
     return found
+
+
+def _transforms_inactive() -> bool:  # pragma: no cover - torch without the check
+    return False
+
+
+#: Whether a ``torch.func`` transform (grad, vjp, jvp, vmap...) is active now: torch's own
+#: check, ``torch._C._are_functorch_transforms_active`` (checked on torch 2.13), the one
+#: ``custom_function_call`` asks before routing an ``autograd.Function`` through functorch.
+#: Fallback: never (then a transformed tensor reaches ``to_jax``, which refuses it).
+transforms_active: Callable[[], bool] = getattr(
+    torch._C, "_are_functorch_transforms_active", _transforms_inactive
+)
+
+
+def dual_level_active() -> bool:
+    """Whether a forward-mode AD level is open (``with forward_ad.dual_level():``), read
+    from ``torch.autograd.forward_ad._current_level`` (checked on torch 2.13; -1 when
+    none is open). Fallback: ``True``, so that every tensor is asked for its tangent
+    (slower, never wrong).
+
+    Example:
+        >>> from torch.autograd import forward_ad
+        >>> with forward_ad.dual_level():
+        ...     inside = dual_level_active()
+        >>> inside, dual_level_active()
+        (True, False)
+    """
+    level = getattr(torch.autograd.forward_ad, "_current_level", None)
+    return not isinstance(level, int) or level >= 0
+
+
+#: The fields of a ``jax.jit`` wrapper's options that say nothing of what it computes.
+_JIT_DESCRIPTIONS = ("fun_sourceinfo", "fun_signature")
+
+
+def jit_options(fn: Any) -> tuple[Any, ...] | None:
+    """The options ``fn`` (a ``jax.jit`` wrapper) was made with, as a hashable value that is
+    equal for two wrappers made alike: from ``fn._jit_info``, a named tuple (checked on jax
+    0.10.2: static and donated arguments, shardings, layouts, ``keep_unused``, ``inline``,
+    compiler options...). JAX's own trace cache keys on the function and these options.
+    Fallback: ``None`` (the caller then keys on the wrapper itself).
+
+    Example:
+        >>> import jax
+        >>> def f(x, n):
+        ...     return x * n
+        >>> jit_options(jax.jit(f)) == jit_options(jax.jit(f))
+        True
+        >>> jit_options(jax.jit(f)) == jit_options(jax.jit(f, static_argnums=1))
+        False
+        >>> jit_options(f) is None
+        True
+    """
+    info = getattr(fn, "_jit_info", None)
+    fields = getattr(info, "_fields", None)
+    if not isinstance(fields, tuple):
+        return None
+    options = []
+    for name in fields:
+        if name in _JIT_DESCRIPTIONS:
+            continue
+        value = getattr(info, name)
+        try:
+            hash(value)
+        except TypeError:
+            value = repr(value)
+        if isinstance(value, tuple):  # leaves such as UnspecifiedValue() compare by identity
+            value = tuple(v if type(v) in _PLAIN else repr(v) for v in value)
+        elif type(value) not in _PLAIN and not hasattr(value, "num_leaves"):  # a treedef
+            value = repr(value)
+        options.append((name, value))
+    return tuple(options)
+
+
+_PLAIN = (type(None), bool, int, float, str, tuple)
+
+
+_is_legacy_batched: Any = getattr(torch._C._functorch, "is_legacy_batchedtensor", None)
+_vmapmode_nesting: Any = getattr(torch._C, "_vmapmode_increment_nesting", None)
+
+
+def legacy_vmap_level(tensors: Sequence[Any]) -> int | None:
+    """The level of torch's legacy vmap (what ``torch.autograd.grad(is_grads_batched=True)``
+    and ``jacobian(vectorize=True)`` batch with) if any of ``tensors`` is batched by it,
+    else ``None``. Private: ``torch._C._functorch.is_legacy_batchedtensor`` and
+    ``torch._C._vmapmode_increment_nesting``/``_decrement_nesting`` (checked on torch
+    2.13). Gate: all exist. Fallback: ``None`` (such a tensor then reaches ``to_jax``,
+    which refuses it).
+
+    Example:
+        >>> import torch
+        >>> legacy_vmap_level([torch.ones(2), None]) is None
+        True
+    """
+    if _is_legacy_batched is None or _vmapmode_nesting is None:
+        return None  # pragma: no cover - depends on the installed torch
+    if not any(t is not None and _is_legacy_batched(t) for t in tensors):
+        return None
+    level = int(_vmapmode_nesting())  # the level a new vmap would get: one more
+    torch._C._vmapmode_decrement_nesting()
+    return level - 1
+
+
+def legacy_unbatched(tensor: torch.Tensor, level: int) -> torch.Tensor:
+    """The plain tensor under a legacy-batched ``tensor``, its batch dimension first:
+    ``torch._remove_batch_dim`` (checked on torch 2.13)."""
+    return torch._remove_batch_dim(tensor, level, 0, 0)
+
+
+def legacy_batched(tensor: torch.Tensor, level: int) -> torch.Tensor:
+    """A plain tensor whose first dimension is the batch, as a legacy-batched tensor of
+    ``level``: ``torch._add_batch_dim`` (checked on torch 2.13)."""
+    return torch._add_batch_dim(tensor, 0, level)
+
+
+def autograd_function_apply(cls: Any) -> Callable[..., Any]:
+    """``cls.apply`` (a ``torch.autograd.Function``) for calls made while no ``torch.func``
+    transform is active, without the public method's per-call ``inspect.signature``
+    binding of ``forward``'s default arguments (``cls.forward`` must have none). Private:
+    ``torch._C._FunctionBase.apply``, the C method the public one ends in, and
+    ``torch._C._functorch.unwrap_if_dead``, which it applies to each tensor first
+    (checked on torch 2.13). Gate: both exist. Fallback: ``cls.apply``.
+
+    Example:
+        >>> import torch
+        >>> class Double(torch.autograd.Function):
+        ...     @staticmethod
+        ...     def forward(x):
+        ...         return x * 2
+        ...     @staticmethod
+        ...     def setup_context(ctx, inputs, output):
+        ...         pass
+        ...     @staticmethod
+        ...     def backward(ctx, grad):
+        ...         return grad * 2
+        >>> x = torch.ones(2, requires_grad=True)
+        >>> autograd_function_apply(Double)(x).sum().backward()
+        >>> x.grad
+        tensor([2., 2.])
+    """
+    base = getattr(torch._C, "_FunctionBase", None)
+    descriptor = vars(base).get("apply") if base is not None else None
+    unwrap = getattr(torch._C._functorch, "unwrap_if_dead", None)
+    if descriptor is None or unwrap is None or not hasattr(descriptor, "__get__"):
+        return cls.apply  # type: ignore[no-any-return]  # pragma: no cover - other torch
+    apply = descriptor.__get__(None, cls)
+    tensor = torch.Tensor
+
+    def fast_apply(*args: Any) -> Any:
+        return apply(*[unwrap(a) if isinstance(a, tensor) else a for a in args])
+
+    return fast_apply

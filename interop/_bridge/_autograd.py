@@ -1,6 +1,7 @@
 """The torch side of a differentiable ``jax_call``: one ``torch.autograd.Function`` whose
 forward and backward run a :class:`~interop._bridge._vjp.Plan`, handing every tensor over with
-``to_jax``/``to_torch`` (zero-copy, loss-free, stream-ordered).
+``to_jax``/``to_torch`` (zero-copy, loss-free, stream-ordered), and the choice of path per
+call (:func:`run`).
 
 What autograd keeps between forward and backward (see ``_vjp.py`` for the JAX side): the
 input tensors and the outputs JAX's backward reads, with ``save_for_backward``, so that
@@ -10,9 +11,13 @@ share one counter, so any write to the buffer counts). JAX's other residuals are
 buffers no torch code can reach; they are handed to torch as tensors (zero-copy) and saved
 the same way, so that autograd frees them after the backward, as it frees its own.
 
-With ``create_graph=True`` the backward runs the vector-Jacobian product as a JAX function
-of the inputs and cotangents through this same Function, so gradients of gradients work to
-any order.
+With ``create_graph=True``, and under any ``torch.func`` transform, the backward runs the
+vector-Jacobian product as a JAX function of the inputs and cotangents through this same
+Function, so gradients of gradients work to any order and transforms compose. Forward
+mode (dual tensors, ``torch.func.jvp``) runs ``jax.jvp`` (the ``jvp`` staticmethod), and
+``torch.func.vmap`` runs ``jax.vmap`` of the function: one JAX call for the whole batch
+(the ``vmap`` staticmethod). Each of these is again a call of this Function, so
+``vmap(grad(...))``, ``jacrev``, ``jacfwd`` and ``hessian`` compose from them.
 """
 
 from __future__ import annotations
@@ -23,9 +28,13 @@ from typing import Any
 
 import jax
 import torch
+from torch.autograd import forward_ad
 
+from .. import _private
 from .._errors import ZeroCopyError
 from . import _vjp
+from ._exchange import cotangent_to_jax, results_to_torch, to_jax_or_copy, unshared
+from ._functions import Function
 from ._handoff import to_jax, to_torch
 
 OVERWRITE_NOTE = (
@@ -37,8 +46,11 @@ OVERWRITE_NOTE = (
     "after the backward."
 )
 
+_transforms_active = _private.transforms_active
+_dual_level_active = _private.dual_level_active
 
-@dataclasses.dataclass
+
+@dataclasses.dataclass(slots=True)
 class Call:
     """One differentiable call: its plan, its non-differentiated arrays, and what the
     forward found out.
@@ -51,12 +63,32 @@ class Call:
     n_diff: int
     arrays: list[Any]
     tensor_slots: tuple[int, ...]  # per array: its index among apply's tensors, or -1
+    #: A live wrapper of the function: the graph keeps it alive until the backward.
+    wrapper: Any = None
     outputs: _vjp.Outputs | None = None
+    residuals: _vjp.Residuals | None = None
+    kept: list[Any] | None = None  # the residuals as tensors where torch has their dtype
+    #: The forward's residual leaves as JAX arrays, for the first backward (then dropped).
+    leaves: list[Any] | None = None
+
+    def revive(self) -> None:
+        """Make the function callable again if every wrapper of it was freed since the
+        forward (a backward, a jvp or a vmap rule may need to trace it again)."""
+        function = self.plan.fn
+        if isinstance(function, Function) and not function.is_live():
+            function.adopt(self.wrapper)
+
+
+def _handoff(call: Call) -> Any:
+    """How this call's tensors cross over: values torch makes (cotangents, tangents,
+    batched slices) may be copied where JAX cannot alias them; the user's may not."""
+    return to_jax_or_copy if call.plan.copies_inputs else to_jax
 
 
 def _jax_arrays(call: Call, tensors: Sequence[torch.Tensor]) -> list[Any]:
+    handoff = _handoff(call)
     return [
-        to_jax(tensors[slot].detach()) if slot >= 0 else array
+        handoff(tensors[slot].detach()) if slot >= 0 else array
         for slot, array in zip(call.tensor_slots, call.arrays, strict=True)
     ]
 
@@ -64,10 +96,11 @@ def _jax_arrays(call: Call, tensors: Sequence[torch.Tensor]) -> list[Any]:
 def _input_array(call: Call, tensors: Sequence[torch.Tensor], index: int) -> Any:
     """Input ``index`` of the plan's forward (differentiated ones first), handed over anew
     from the saved tensor (so never stale), or the JAX or NumPy array it was."""
+    handoff = _handoff(call)
     if index < call.n_diff:
-        return to_jax(tensors[index].detach())
+        return handoff(tensors[index].detach())
     slot = call.tensor_slots[index - call.n_diff]
-    return to_jax(tensors[slot].detach()) if slot >= 0 else call.arrays[index - call.n_diff]
+    return handoff(tensors[slot].detach()) if slot >= 0 else call.arrays[index - call.n_diff]
 
 
 def _as_input(out: torch.Tensor, tensors: Sequence[torch.Tensor]) -> torch.Tensor:
@@ -83,6 +116,20 @@ def _as_input(out: torch.Tensor, tensors: Sequence[torch.Tensor]) -> torch.Tenso
     return out
 
 
+def _results(outs: Sequence[Any], tensors: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
+    """The forward's arrays as tensors: an input returned as is stays that input; two
+    results of one array are two tensors with buffers of their own."""
+    results = [_as_input(to_torch(out), tensors) for out in outs]
+    seen: set[int] = set()
+    for i, result in enumerate(results):
+        if result.numel():
+            pointer = result.data_ptr()
+            if pointer in seen:
+                results[i] = result.clone()
+            seen.add(pointer)
+    return tuple(results)
+
+
 def _saved_as_tensor(array: Any) -> Any:
     """A kept residual as a tensor for ``save_for_backward`` (zero-copy), or the array
     itself where torch has no such dtype."""
@@ -92,65 +139,53 @@ def _saved_as_tensor(array: Any) -> Any:
         return array
 
 
-def compact_cotangent(grad: torch.Tensor) -> torch.Tensor:
-    """Torch's gradient of an output, its broadcast dimensions cut to size 1 (a view).
-
-    A broadcast gradient (stride 0, as ``.sum()``'s backward gives) goes to JAX compact and
-    is broadcast there (``_vjp.cotangents``): JAX cannot alias a stride-0 layout.
-
-    Example:
-        >>> import torch
-        >>> g = torch.ones(()).expand(3, 4)
-        >>> c = compact_cotangent(g)
-        >>> c.shape, c.data_ptr() == g.data_ptr()
-        (torch.Size([1, 1]), True)
-    """
-    if 0 not in grad.stride() or grad.numel() <= 1:
-        return grad
-    # JAX's DLPack import ignores the strides of size-1 dimensions: the view aliases.
-    return grad[tuple(slice(0, 1) if s == 0 else slice(None) for s in grad.stride())]
-
-
-def cotangent_to_jax(grad: torch.Tensor) -> Any:
-    """Torch's gradient of an output as a JAX array over the same bytes (compact where it
-    is broadcast: :func:`compact_cotangent`). Only a layout JAX cannot alias otherwise (a
-    lazy conjugate, a step slice) is made dense first, a copy.
-
-    Example:
-        >>> import torch
-        >>> g = torch.ones(()).expand(3, 4)
-        >>> a = cotangent_to_jax(g)
-        >>> a.shape, a.unsafe_buffer_pointer() == g.data_ptr()
-        ((1, 1), True)
-    """
-    grad = compact_cotangent(grad.detach())
-    try:
-        return to_jax(grad)
-    except ZeroCopyError:
-        return to_jax(grad.resolve_conj().resolve_neg().contiguous())
+def _inexact(tensor: torch.Tensor) -> bool:
+    return tensor.is_floating_point() or tensor.is_complex()
 
 
 class JaxFunction(torch.autograd.Function):
     """``Plan.forward`` and ``Plan.backward`` as one autograd node (see the module)."""
 
+    generate_vmap_rule = False
+
     @staticmethod
-    def forward(ctx: Any, call: Call, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        diff = [to_jax(t.detach()) for t in tensors[: call.n_diff]]
-        outs, residuals = call.plan.forward(diff, _jax_arrays(call, tensors))
+    def forward(call: Call, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        handoff = _handoff(call)
+        diff = [handoff(t.detach()) for t in tensors[: call.n_diff]]
+        arrays = _jax_arrays(call, tensors)
+        outs, residuals = call.plan.forward(diff, arrays)
         info = residuals.info
         call.outputs = info.outputs
-        # From here on the tensors are reached only as saved tensors (freed by backward).
-        slots = call.tensor_slots
-        call.arrays = [None if s >= 0 else a for s, a in zip(slots, call.arrays, strict=True)]
-        results = tuple(_as_input(to_torch(out), tensors) for out in outs)
-        read = [results[j] for kind, j in info.where if kind == _vjp.OUTPUT]
-        kept = [_saved_as_tensor(array) for array in residuals.kept]
-        ctx.save_for_backward(*tensors, *read, *(k for k in kept if isinstance(k, torch.Tensor)))
-        ctx.call, ctx.info = call, info
-        ctx.untensored = {i: k for i, k in enumerate(kept) if not isinstance(k, torch.Tensor)}
-        ctx.inexact = tuple(r.dtype.is_floating_point or r.dtype.is_complex for r in results)
+        call.residuals = residuals
+        # What the first backward reads, as JAX arrays already over the same bytes: it
+        # uses them once torch's version counters have vouched for the tensors (a copy of
+        # none of them; they live no longer than the saved tensors do).
+        sources = {_vjp.KEPT: residuals.kept, _vjp.INPUT: [*diff, *arrays], _vjp.OUTPUT: outs}
+        call.leaves = [sources[kind][index] for kind, index in info.where]
+        return _results(outs, tensors)
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
+        call: Call = inputs[0]
+        tensors = inputs[1:]
+        ctx.call = call
+        ctx.inexact = tuple(map(_inexact, output))
         ctx.set_materialize_grads(False)
-        return results
+        if _dual_level_active() or _transforms_active():  # else jvp is never called
+            ctx.save_for_forward(*tensors)
+        residuals = call.residuals
+        if residuals is None:  # the vmap rule ran instead of the forward: no residuals
+            ctx.info = None
+            ctx.save_for_backward(*tensors)
+            return
+        info = residuals.info
+        if call.kept is None:  # once, where torch.func sets up each level's context
+            call.kept = [_saved_as_tensor(array) for array in residuals.kept]
+        read = [output[j] for kind, j in info.where if kind == _vjp.OUTPUT]
+        kept = call.kept
+        ctx.save_for_backward(*tensors, *read, *(k for k in kept if isinstance(k, torch.Tensor)))
+        ctx.info = info
+        ctx.untensored = {i: k for i, k in enumerate(kept) if not isinstance(k, torch.Tensor)}
 
     @staticmethod
     def backward(ctx: Any, *grads: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:
@@ -161,23 +196,22 @@ class JaxFunction(torch.autograd.Function):
                 err.add_note(OVERWRITE_NOTE)
             raise
         call: Call = ctx.call
+        call.revive()
         n_tensors = call.n_diff + sum(slot >= 0 for slot in call.tensor_slots)
         tensors = saved[:n_tensors]
-        if torch.is_grad_enabled():  # create_graph=True: a differentiable backward
-            return (None, *higher_order(call, tensors, grads))
-        info: _vjp.ResidualInfo = ctx.info
-        n_read = sum(kind == _vjp.OUTPUT for kind, _ in info.where)
-        read = iter(saved[n_tensors : n_tensors + n_read])
-        kept = iter(saved[n_tensors + n_read :])
-        leaves = []
-        for kind, index in info.where:
-            if kind == _vjp.KEPT:
-                array = ctx.untensored.get(index)
-                leaves.append(to_jax(next(kept)) if array is None else array)
-            elif kind == _vjp.OUTPUT:
-                leaves.append(to_jax(next(read).detach()))
-            else:
-                leaves.append(_input_array(call, tensors, index))
+        level = _private.legacy_vmap_level(grads)
+        if level is not None:  # is_grads_batched=True, jacobian(vectorize=True)
+            needed = _needed(ctx, call)
+            return (None, *_legacy_batched_backward(call, tensors, grads, level, needed))
+        info: _vjp.ResidualInfo | None = ctx.info
+        if info is None or torch.is_grad_enabled() or _transforms_active():
+            # create_graph=True, or torch.func: a backward that is itself differentiable
+            # (and transformable: a call of this Function on the VJP).
+            return (None, *higher_order(call, tensors, grads, _needed(ctx, call)))
+        leaves = call.leaves
+        call.leaves = None  # a second backward (retain_graph=True) hands the tensors over
+        if leaves is None:
+            leaves = _residual_leaves(ctx, call, saved, n_tensors, info)
         kinds, given = [], []
         for grad, inexact in zip(grads, ctx.inexact, strict=True):
             if not inexact:
@@ -187,9 +221,63 @@ class JaxFunction(torch.autograd.Function):
             else:
                 kinds.append(_vjp.GIVEN)
                 given.append(cotangent_to_jax(grad))
-        gradients = call.plan.backward(info, tuple(kinds))(leaves, given)
-        return (None, *(to_torch(g) for g in gradients), *[None] * (n_tensors - call.n_diff))
+        backward = call.plan.backward(info, tuple(kinds), _needed(ctx, call))
+        gradients = [None if g is None else to_torch(g) for g in backward(leaves, given)]
+        if not call.plan.jitted:  # eager JAX may return a cotangent, or one array twice
+            gradients = unshared(gradients, (*grads, *saved))
+        return (None, *gradients, *[None] * (n_tensors - call.n_diff))
 
+    @staticmethod
+    def jvp(ctx: Any, *tangents: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:
+        call: Call = ctx.call
+        call.revive()
+        tensors = ctx.saved_tensors
+        arrays = [
+            tensors[slot] if slot >= 0 else array
+            for slot, array in zip(call.tensor_slots, call.arrays, strict=True)
+        ]
+        diff_tangents = list(tangents[1 : 1 + call.n_diff])
+        leaves, treedef = jax.tree_util.tree_flatten(
+            ((list(tensors[: call.n_diff]), arrays, diff_tangents), {})
+        )
+        return tuple(run(call.plan.jvp, leaves, treedef))
+
+    @staticmethod
+    def vmap(
+        info: Any, in_dims: tuple[int | None, ...], call: Call, *tensors: torch.Tensor
+    ) -> tuple[tuple[torch.Tensor, ...], tuple[int, ...]]:
+        call.revive()
+        batched = call.plan.batched(tuple(in_dims[1:]), call.tensor_slots)
+        others = [array for slot, array in zip(call.tensor_slots, call.arrays, strict=True)
+                  if slot < 0]  # fmt: skip
+        leaves, treedef = jax.tree_util.tree_flatten(((list(tensors), others), {}))
+        returned: _vjp.Returned = run(batched, leaves, treedef)
+        call.outputs = returned.outputs
+        return tuple(returned.arrays), (0,) * len(returned.arrays)
+
+
+def _residual_leaves(
+    ctx: Any, call: Call, saved: Sequence[torch.Tensor], n_tensors: int, info: _vjp.ResidualInfo
+) -> list[Any]:
+    """The VJP's leaves handed over anew from the saved tensors (so never stale)."""
+    n_read = sum(kind == _vjp.OUTPUT for kind, _ in info.where)
+    read = iter(saved[n_tensors : n_tensors + n_read])
+    kept = iter(saved[n_tensors + n_read :])
+    leaves = []
+    for kind, index in info.where:
+        if kind == _vjp.KEPT:
+            array = ctx.untensored.get(index)
+            leaves.append(to_jax(next(kept)) if array is None else array)
+        elif kind == _vjp.OUTPUT:
+            leaves.append(to_jax(next(read).detach()))
+        else:
+            leaves.append(_input_array(call, saved[:n_tensors], index))
+    return leaves
+
+
+#: ``JaxFunction.apply`` where no ``torch.func`` transform is active, without the public
+#: method's per-call signature binding (``_private.autograd_function_apply``).
+_apply = _private.autograd_function_apply(JaxFunction)
 
 #: Plans kept per function: beyond this many signatures the oldest is dropped.
 MAX_PLANS = 256
@@ -205,18 +293,85 @@ def is_differentiated(leaf: Any) -> bool:
     )
 
 
+def _has_tangent(leaf: Any) -> bool:
+    """Whether ``leaf`` is a floating or complex dual tensor of the open forward-AD level."""
+    return (
+        isinstance(leaf, torch.Tensor)
+        and (leaf.is_floating_point() or leaf.is_complex())
+        and forward_ad.unpack_dual(leaf).tangent is not None  # type: ignore[no-untyped-call]
+    )
+
+
+def _is_transformed(leaf: Any) -> bool:
+    """Under a ``torch.func`` transform, every floating or complex tensor is differentiated:
+    which level differentiates it is torch.func's business."""
+    return isinstance(leaf, torch.Tensor) and (leaf.is_floating_point() or leaf.is_complex())
+
+
+def _differentiates(leaves: list[Any]) -> Any:
+    """The test of a differentiated leaf for this call, or ``None`` if none is."""
+    if _transforms_active():
+        return _is_transformed if any(isinstance(x, torch.Tensor) for x in leaves) else None
+    grad = torch.is_grad_enabled() and any(map(is_differentiated, leaves))
+    dual = _dual_level_active() and any(map(_has_tangent, leaves))
+    if dual:
+        if grad:
+            return lambda leaf: is_differentiated(leaf) or _has_tangent(leaf)
+        return _has_tangent
+    return is_differentiated if grad else None
+
+
+def run(function: Function, leaves: list[Any], treedef: Any) -> Any:
+    """Call ``function`` on the pytree ``treedef`` of ``leaves`` (tensors among them): as
+    one autograd node where autograd, forward mode or a ``torch.func`` transform needs
+    one, else by handing the tensors over and back. Returns its result with tensors for
+    arrays (NumPy results converted by JAX's rules in both cases).
+
+    Raises:
+        NotImplementedError: a tensor batched by torch's legacy vmap, outside a backward
+            (see :data:`LEGACY_VMAP_ADVICE`).
+    """
+    try:
+        differentiated = _differentiates(leaves)
+        if differentiated is not None:
+            return call_differentiably(function, leaves, treedef, differentiated)
+        handoff = to_jax_or_copy if function.copies_inputs else to_jax
+        arguments = [
+            handoff(leaf.detach() if leaf.requires_grad else leaf)
+            if isinstance(leaf, torch.Tensor)
+            else leaf
+            for leaf in leaves
+        ]
+    except RuntimeError as err:
+        if _private.legacy_vmap_level([x for x in leaves if isinstance(x, torch.Tensor)]) is None:
+            raise
+        raise NotImplementedError(LEGACY_VMAP_ADVICE) from err
+    jax_args, jax_kwargs = jax.tree_util.tree_unflatten(treedef, arguments)
+    return results_to_torch(function(*jax_args, **jax_kwargs))
+
+
+#: Why a tensor batched by torch's legacy vmap cannot go through a jax_call.
+LEGACY_VMAP_ADVICE = (
+    "interop.jax_call: a tensor batched by torch's legacy vmap (torch._vmap_internals: "
+    "what torch.autograd.functional.jacobian(vectorize=True, strategy='forward-mode') and "
+    "gradcheck's check_batched_forward_grad use) reached a jax_call, which that vmap "
+    "cannot batch. Use torch.func (vmap, jacfwd, jacrev), which runs jax.vmap of the "
+    "function; batched backward passes (is_grads_batched=True, jacobian(vectorize=True) "
+    "in reverse mode) work."
+)
+
+
 def call_differentiably(
-    fn: Any, jitted: bool, plans: dict[Any, _vjp.Plan], leaves: list[Any], treedef: Any
+    function: Function, leaves: list[Any], treedef: Any, differentiated: Any = is_differentiated
 ) -> Any:
-    """Call ``fn`` on the pytree ``treedef`` of ``leaves`` (torch tensors among them, some
-    differentiated) as one autograd node; returns its result with tensors for arrays.
+    """Call ``function`` on the pytree ``treedef`` of ``leaves`` (torch tensors among them,
+    some differentiated) as one autograd node; returns its result with tensors for arrays.
 
     Args:
-        fn: the JAX function.
-        jitted: whether ``fn`` is jitted (see :class:`~interop._bridge._vjp.Plan`).
-        plans: the function's plans by signature (filled here).
+        function: the JAX function; its plans by signature are filled here.
         leaves: the leaves of ``(args, kwargs)``.
         treedef: their pytree.
+        differentiated: which tensor leaves are differentiated.
     """
     kinds: list[int] = []
     diff: list[torch.Tensor] = []
@@ -226,7 +381,7 @@ def call_differentiably(
     statics: list[Any] = []
     for leaf in leaves:
         if isinstance(leaf, torch.Tensor):
-            if is_differentiated(leaf):
+            if differentiated(leaf):
                 kinds.append(_vjp.DIFF)
                 diff.append(leaf)
                 continue
@@ -242,34 +397,71 @@ def call_differentiably(
             kinds.append(_vjp.STATIC)
             statics.append(leaf)
     key = (treedef, tuple(kinds), tuple(statics))
+    plans = function.plans
     try:
         plan = plans.get(key)
     except TypeError:  # an unhashable static leaf: a plan for this call alone, eager
-        plan = _vjp.Plan(fn, _vjp.Signature(*key), jitted=False)
+        plan = _vjp.Plan(function, _vjp.Signature(*key), jitted=False)
     if plan is None:
         if len(plans) >= MAX_PLANS:
             del plans[next(iter(plans))]
-        plan = plans[key] = _vjp.Plan(fn, _vjp.Signature(*key), jitted=jitted)
+        plan = plans[key] = _vjp.Plan(function, _vjp.Signature(*key), jitted=function.jitted)
     n_diff = len(diff)
-    call = Call(plan, n_diff, arrays, tuple(s + n_diff if s >= 0 else -1 for s in slots))
-    results = JaxFunction.apply(call, *diff, *others)  # type: ignore[no-untyped-call]
-    assert call.outputs is not None  # set by the forward
+    slots_of_tensors = tuple(s + n_diff if s >= 0 else -1 for s in slots)
+    call = Call(plan, n_diff, arrays, slots_of_tensors, wrapper=function.live())
+    apply: Any = JaxFunction.apply if _transforms_active() else _apply
+    results = apply(call, *diff, *others)
+    assert call.outputs is not None  # set by the forward (or the vmap rule)
     return call.outputs.rebuild(results)
 
 
-def higher_order(
-    call: Call, tensors: Sequence[torch.Tensor], grads: Sequence[torch.Tensor | None]
+def _needed(ctx: Any, call: Call) -> tuple[bool, ...]:
+    """Which differentiated inputs the backward must give a gradient for."""
+    return tuple(ctx.needs_input_grad[1 : 1 + call.n_diff])
+
+
+def _legacy_batched_backward(
+    call: Call,
+    tensors: Sequence[torch.Tensor],
+    grads: Sequence[torch.Tensor | None],
+    level: int,
+    needed: tuple[bool, ...],
 ) -> list[torch.Tensor | None]:
-    """The backward as a differentiable call of ``Plan.vjp`` (``create_graph=True``): the
-    gradients keep a graph, so they can be differentiated again (to any order)."""
+    """The backward of a batch of cotangents from torch's legacy vmap: one call of
+    ``jax.vmap`` of the VJP over them (``Plan.vjp_batched``)."""
+    if torch.is_grad_enabled():
+        raise NotImplementedError(
+            "interop.jax_call: batched gradients (is_grads_batched=True, or "
+            "torch.autograd.functional.jacobian(vectorize=True)) cannot be differentiated "
+            "again (create_graph=True) through a jax_call: torch's legacy vmap has no rule "
+            "for it. Use torch.func (vmap of vjp, jacrev, hessian) instead, which composes."
+        )
+    cotangents = [None if g is None else _private.legacy_unbatched(g, level) for g in grads]
     diff = list(tensors[: call.n_diff])
     arrays = [
         tensors[slot] if slot >= 0 else array
         for slot, array in zip(call.tensor_slots, call.arrays, strict=True)
     ]
-    # Dense cotangents: a broadcast one cannot be handed over as an argument (a copy).
-    cotangents = [None if g is None else g.contiguous() for g in grads]
-    leaves, treedef = jax.tree_util.tree_flatten(((diff, arrays, cotangents), {}))
-    plan = call.plan
-    gradients = call_differentiably(plan.vjp, plan.jitted, plan.vjp_plans, leaves, treedef)
+    leaves, treedef = jax.tree_util.tree_flatten(((diff, arrays, cotangents, needed), {}))
+    gradients = run(call.plan.vjp_batched, leaves, treedef)
+    batched = [None if g is None else _private.legacy_batched(g, level) for g in gradients]
+    return [*batched, *[None] * (len(tensors) - call.n_diff)]
+
+
+def higher_order(
+    call: Call,
+    tensors: Sequence[torch.Tensor],
+    grads: Sequence[torch.Tensor | None],
+    needed: tuple[bool, ...],
+) -> list[torch.Tensor | None]:
+    """The backward as a differentiable call of ``Plan.vjp`` (``create_graph=True``, or a
+    ``torch.func`` transform): the gradients keep a graph, so they can be differentiated
+    (or transformed) again, to any order."""
+    diff = list(tensors[: call.n_diff])
+    arrays = [
+        tensors[slot] if slot >= 0 else array
+        for slot, array in zip(call.tensor_slots, call.arrays, strict=True)
+    ]
+    leaves, treedef = jax.tree_util.tree_flatten(((diff, arrays, list(grads), needed), {}))
+    gradients = run(call.plan.vjp, leaves, treedef)
     return [*gradients, *[None] * (len(tensors) - call.n_diff)]

@@ -17,7 +17,16 @@ compiles whole, under ``fullgraph=True`` too:
   backward after an in-place overwrite) and runs the vector-Jacobian product as a second
   call of the same op: inside a graph a custom op can hand autograd only tensors, so the
   backward recomputes the JAX forward (rematerialisation) instead of keeping JAX's
-  residuals. Gradients of gradients work the same way, to any order.
+  residuals. Gradients of gradients work the same way, to any order. A cotangent JAX
+  cannot alias (a slice at an odd address) is copied there, not refused.
+
+Keys: the op's first argument names what it runs, and torch caches compiled graphs, that
+argument in them, on disk (AOTAutograd's and inductor's caches, on by default): a later
+process may run a graph it never traced. So a key means the same in every process: a
+forward's is the function's key (``_functions.py``: a fingerprint of its code, closures
+and globals read) and a digest of the argument description; a backward's is its
+forward's key and the grad masks (:func:`backward_key`), and its entry is made from the
+forward's on first use, when a cached backward graph runs it.
 
 Shapes: JAX compiles per shape, so the fake implementation specialises the graph on the
 inputs' shapes and ints (a symbolic size becomes a guard on its value). A new shape
@@ -33,7 +42,7 @@ node...) runs eagerly at a graph break, and ``fullgraph=True`` reports it with
 from __future__ import annotations
 
 import dataclasses
-import itertools
+import hashlib
 import sys
 import threading
 import weakref
@@ -49,7 +58,9 @@ from .._errors import UnsupportedDtypeError, UnsupportedPytreeError
 from .._locks import renew_after_fork
 from .._private import constant_result
 from . import _vjp
-from ._autograd import OVERWRITE_NOTE, compact_cotangent, is_differentiated
+from ._autograd import OVERWRITE_NOTE, is_differentiated
+from ._exchange import compact_cotangent, to_jax_or_copy
+from ._functions import Function
 from ._handoff import JAX_DTYPES, SHARED_DTYPES, TORCH_DTYPES, check_wide_dtype, to_jax, to_torch
 
 #: The op's name; it is registered when this module is imported.
@@ -69,20 +80,34 @@ TENSOR, INT = "T", "I"
 
 class _Caller(Protocol):
     fn: Callable[..., Any]
-    jitted: bool
+    function: Function
 
     def __call__(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any: ...
 
 
-_callers: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
-_numbers = itertools.count()
+_lock = threading.Lock()
+renew_after_fork(sys.modules[__name__], "_lock")  # after a fork: free
+#: Per key, the callers of the wrappers of that function (any live one serves).
+_callers: dict[str, list[weakref.ReferenceType[Any]]] = {}
 
 
-def register(caller: _Caller, name: str) -> str:
-    """Register a ``jax_call`` wrapper's caller; returns the key its traces name it by."""
-    key = f"{name}#{next(_numbers)}"
-    _callers[key] = caller
+def register(caller: _Caller) -> str:
+    """Register a ``jax_call`` wrapper's caller; returns the key its traces name it by: its
+    function's key, the same in every process (``_functions.py``)."""
+    key = caller.function.op_key
+    with _lock:
+        alive = [ref for ref in _callers.get(key, ()) if ref() is not None]
+        _callers[key] = [*alive, weakref.ref(caller)]
     return key
+
+
+def _caller(key: str) -> _Caller:
+    """A live caller of the function named ``key`` (the one registered first)."""
+    for ref in _callers.get(key, ()):
+        caller = ref()
+        if caller is not None:
+            return caller  # type: ignore[no-any-return]
+    raise KeyError(f"jax_call: no live wrapper of the function named {key!r}")
 
 
 # ----- the description Dynamo traces (plain Python only) -----
@@ -163,7 +188,7 @@ def traced_call(caller_key: str, args: tuple[Any, ...], kwargs: dict[str, Any]) 
 
 
 def _call_eagerly(caller_key: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    return _callers[caller_key](args, kwargs)
+    return _caller(caller_key)(args, kwargs)
 
 
 run_eagerly(_call_eagerly, EAGER_ADVICE)  # type: ignore[arg-type]
@@ -181,36 +206,54 @@ class Entry:
     jitted: bool
     #: The result's description, recorded by the op's implementations.
     result: Any = None
-    #: The keys of this entry's vector-Jacobian products, by (differentiated, given).
-    backwards: dict[tuple[tuple[bool, ...], tuple[bool, ...]], str] = dataclasses.field(
-        default_factory=dict
-    )
+    #: Whether tensors JAX cannot alias are copied (a backward's cotangents), not refused.
+    copies_inputs: bool = False
 
 
 _entries: dict[str, Entry] = {}
-_keys: dict[tuple[str, Any], str] = {}
-_lock = threading.Lock()
-renew_after_fork(sys.modules[__name__], "_lock")  # a fork while a thread holds one
+#: Marks a backward's key: ``<forward key>'<differentiated mask>.<given mask>``.
+BACKWARD = "'"
 
 
-def _new_entry(entry: Entry, name: str) -> str:
-    key = f"{name}/{len(_entries)}"
-    _entries[key] = entry
-    return key
+def _digest(structure: Any) -> str:
+    return hashlib.sha256(repr(structure).encode()).hexdigest()[:12]
 
 
 def _op_key(caller_key: str, structure: Any) -> str:
+    """The key of a wrapper's function called with arguments ``structure`` describes:
+    derived from both, so the same in every process."""
+    key = f"{caller_key}/{_digest(structure)}"
     with _lock:
-        key = _keys.get((caller_key, structure))
-        if key is None:
-            caller = _callers[caller_key]
-            key = _new_entry(Entry(caller.fn, structure, caller.jitted), caller_key)
-            _keys[(caller_key, structure)] = key
+        if key not in _entries:  # a compiled graph may call it later: keep the wrapper
+            caller = _caller(caller_key)
+            _entries[key] = Entry(caller.fn, structure, caller.function.jitted)
     return key
 
 
+def _entry(key: str) -> Entry:
+    """The entry of ``key``; a backward's is made from its forward's on first use (a warm
+    compile cache runs a backward graph this process never traced)."""
+    entry = _entries.get(key)
+    if entry is not None:
+        return entry
+    forward, mark, masks = key.rpartition(BACKWARD)
+    if not mark:
+        raise KeyError(
+            f"jax_call under torch.compile: no function is registered under {key!r} in this "
+            "process. A compiled graph calls a jax_call this process never made: make the "
+            "jax_call wrapper (as the compiled code does) before running the graph."
+        )
+    parent = _entry(forward)
+    diff, given = (tuple(c == "1" for c in bits) for bits in masks.split("."))
+    with _lock:
+        entry = _entries.get(key)
+        if entry is None:
+            entry = _entries[key] = _backward_entry(parent, diff, given)
+    return entry
+
+
 def _result_structure(key: str) -> Any:
-    return _entries[key].result
+    return _entry(key).result
 
 
 #: The entry's key for a wrapper and a description (a constant of the traced graph).
@@ -295,8 +338,9 @@ def jax_call_op(key: str, tensors: list[torch.Tensor], ints: list[int]) -> list[
         >>> jax_call_op(key, [torch.ones(2)], [3])
         [tensor([3., 3.])]
     """
-    entry = _entries[key]
-    arrays = iter([to_jax(t.detach()) for t in tensors])
+    entry = _entry(key)
+    handoff = to_jax_or_copy if entry.copies_inputs else to_jax
+    arrays = iter([handoff(t.detach()) for t in tensors])
     args, kwargs = _call_arguments(entry, arrays, iter(ints))
     structure, leaves = _describe_result(entry.fn(*args, **kwargs))
     _record(entry, structure)
@@ -340,7 +384,7 @@ def _default_device() -> torch.device:
 
 @jax_call_op.register_fake
 def _fake(key: str, tensors: list[torch.Tensor], ints: list[int]) -> list[torch.Tensor]:
-    entry = _entries[key]
+    entry = _entry(key)
     # int() of a symbolic size guards on its value: the graph is specialised per shape.
     specs = [
         jax.ShapeDtypeStruct(tuple(int(d) for d in t.shape), _jax_dtype(t.dtype))  # type: ignore[no-untyped-call]
@@ -368,9 +412,11 @@ def add_entry(fn: Callable[..., Any], args_structure: Any, *, jitted: bool) -> s
         >>> _entries[key].structure
         ('tuple', (('tuple', ('T',)), ('dict', (), ())))
     """
+    structure = _as_call(args_structure)
     with _lock:
-        entry = Entry(fn, _as_call(args_structure), jitted)
-        return _new_entry(entry, getattr(fn, "__name__", "fn"))
+        key = f"{getattr(fn, '__name__', 'fn')}@{id(fn):x}/{_digest(structure)}"
+        _entries[key] = Entry(fn, structure, jitted)
+    return key
 
 
 # ----- autograd: the backward is the op again, on the vector-Jacobian product -----
@@ -392,7 +438,7 @@ def _backward(ctx: Any, grads: list[torch.Tensor | None]) -> tuple[Any, ...]:
             err.add_note(OVERWRITE_NOTE)
         raise
     given = tuple(g is not None and inexact for g, inexact in zip(grads, ctx.inexact, strict=True))
-    key = _backward_key(ctx.key, ctx.diff, given, ctx.inexact)
+    key = backward_key(ctx.key, ctx.diff, given)
     cotangents = [
         compact_cotangent(g) for g, has in zip(grads, given, strict=True) if g is not None and has
     ]
@@ -402,25 +448,29 @@ def _backward(ctx: Any, grads: list[torch.Tensor | None]) -> tuple[Any, ...]:
     return None, [next(results) if d else None for d in ctx.diff], None if ctx.ints else []
 
 
-def _backward_key(
-    key: str, diff: tuple[bool, ...], given: tuple[bool, ...], inexact: tuple[bool, ...]
-) -> str:
-    """The key of entry ``key``'s vector-Jacobian product for these masks (made once)."""
-    entry = _entries[key]
-    with _lock:
-        found = entry.backwards.get((diff, given))
-        if found is None:
-            vjp = _vjp_function(entry, diff, given, inexact)
-            n_ints = sum(1 for _ in _ints_of(entry.structure))
-            arguments = (
-                ("list", (TENSOR,) * len(diff)),
-                ("list", (TENSOR,) * sum(given)),
-                ("tuple", (INT,) * n_ints),
-            )
-            structure = _as_call(("tuple", arguments))
-            found = _new_entry(Entry(vjp, structure, entry.jitted), f"{key}'")
-            entry.backwards[(diff, given)] = found
-    return found
+def backward_key(key: str, diff: tuple[bool, ...], given: tuple[bool, ...]) -> str:
+    """The key of entry ``key``'s vector-Jacobian product for these masks: derived from
+    them, so that a cached backward graph names the same product in every process.
+
+    Example:
+        >>> backward_key("f@0123#0/abc", (True, False), (True,))
+        "f@0123#0/abc'10.1"
+    """
+    bits = ("".join("1" if b else "0" for b in mask) for mask in (diff, given))
+    return f"{key}{BACKWARD}{'.'.join(bits)}"
+
+
+def _backward_entry(entry: Entry, diff: tuple[bool, ...], given: tuple[bool, ...]) -> Entry:
+    """The entry of ``entry``'s vector-Jacobian product for these masks."""
+    vjp = _vjp_function(entry, diff, given)
+    n_ints = sum(1 for _ in _ints_of(entry.structure))
+    arguments = (
+        ("list", (TENSOR,) * len(diff)),
+        ("list", (TENSOR,) * sum(given)),
+        ("tuple", (INT,) * n_ints),
+    )
+    structure = _as_call(("tuple", arguments))
+    return Entry(vjp, structure, entry.jitted, copies_inputs=True)
 
 
 def _ints_of(structure: Any) -> Iterator[None]:
@@ -432,15 +482,11 @@ def _ints_of(structure: Any) -> Iterator[None]:
 
 
 def _vjp_function(
-    entry: Entry, diff: tuple[bool, ...], given: tuple[bool, ...], inexact: tuple[bool, ...]
+    entry: Entry, diff: tuple[bool, ...], given: tuple[bool, ...]
 ) -> Callable[..., list[Any]]:
     """``entry``'s vector-Jacobian product as a JAX function of (its tensors, the given
     cotangents, its ints): one gradient per differentiated tensor."""
     positions = [i for i, d in enumerate(diff) if d]
-    kinds = tuple(
-        _vjp.GIVEN if g else _vjp.ZERO if x else _vjp.FLOAT0
-        for g, x in zip(given, inexact, strict=True)
-    )
 
     def vjp(inputs: list[Any], cotangents: list[Any], ints: tuple[int, ...]) -> list[Any]:
         def primal(*values: Any) -> list[Any]:
@@ -453,6 +499,10 @@ def _vjp_function(
 
         outs, pullback = jax.vjp(primal, *(inputs[p] for p in positions))
         avals = tuple((tuple(o.shape), o.dtype) for o in outs)
+        kinds = tuple(
+            _vjp.GIVEN if g else _vjp.ZERO if jnp.issubdtype(o.dtype, jnp.inexact) else _vjp.FLOAT0
+            for g, o in zip(given, outs, strict=True)
+        )
         return _vjp.gradients(pullback(_vjp.cotangents(avals, kinds, cotangents)))
 
     return jax.jit(vjp, static_argnums=2) if entry.jitted else vjp

@@ -1,14 +1,19 @@
 """``jax_call``: a JAX function for torch callers, zero-copy both ways, differentiable, and
 compiled whole by ``torch.compile``.
 
-Three paths, chosen per call:
+Three paths, chosen per call (``_autograd.run``):
 
-- no gradient needed (grad mode off, or no input requires grad): hand the tensors over
-  with ``to_jax``, call the function, hand the results back with ``to_torch``;
-- a gradient needed: one autograd node (``_autograd.py``) whose backward is JAX's
-  vector-Jacobian product (``_vjp.py``);
+- no gradient needed (grad mode off, no input requires grad or carries a forward-mode
+  tangent, no ``torch.func`` transform active): hand the tensors over with ``to_jax``,
+  call the function, hand the results back with ``to_torch``;
+- a gradient or a transform needed: one autograd node (``_autograd.py``) whose backward is
+  JAX's vector-Jacobian product (``_vjp.py``), with ``jvp`` and ``vmap`` rules for forward
+  mode and ``torch.func.vmap``;
 - while ``torch.compile`` traces: the custom op ``functional_ws::jax_call``
   (``_custom_op.py``), so that the compiled graph holds the call whole.
+
+What the bridge knows of the function (its plans, its op key) is kept per function, not
+per wrapper (``_functions.py``).
 """
 
 from __future__ import annotations
@@ -22,38 +27,28 @@ import torch
 
 from .._compile import run_eagerly
 from .._errors import FunctionNotCallableError
-from . import _custom_op, _dlpack, _torch_callback
-from ._autograd import call_differentiably, is_differentiated
-from ._handoff import to_jax, to_torch
-from ._vjp import Plan
+from . import _custom_op, _torch_callback
+from ._autograd import run
+from ._functions import Function, function_for
 
 _is_compiling = torch.compiler.is_compiling
-
-
-def _to_jax_leaf(leaf: Any) -> Any:
-    if isinstance(leaf, torch.Tensor):
-        return to_jax(leaf.detach() if leaf.requires_grad else leaf)  # grad mode is off
-    return leaf
-
-
-def _to_torch_leaf(leaf: Any) -> Any:
-    return to_torch(leaf) if _dlpack.is_array_impl(leaf) else leaf
+_flatten = jax.tree_util.tree_flatten
 
 
 class Caller:
-    """What a ``jax_call`` wrapper holds: the function, whether it is jitted, its plans."""
+    """What a ``jax_call`` wrapper holds: the function, and what the bridge knows of it
+    (its :class:`~interop._bridge._functions.Function`, shared by every wrapper of it)."""
 
     def __init__(self, fn: Callable[..., Any]) -> None:
         self.fn = fn
-        self.jitted = callable(getattr(fn, "lower", None))  # jax.jit's wrappers have .lower
-        self.plans: dict[Any, Plan] = {}
+        self.function: Function = function_for(fn)
 
     def __call__(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        leaves, treedef = jax.tree_util.tree_flatten((args, kwargs))
-        if torch.is_grad_enabled() and any(map(is_differentiated, leaves)):
-            return call_differentiably(self.fn, self.jitted, self.plans, leaves, treedef)
-        jax_args, jax_kwargs = jax.tree_util.tree_unflatten(treedef, map(_to_jax_leaf, leaves))
-        return jax.tree_util.tree_map(_to_torch_leaf, self.fn(*jax_args, **jax_kwargs))
+        function = self.function
+        if not function.is_live():  # the wrapper it called was freed: call ours
+            function.adopt(self.fn)
+        leaves, treedef = _flatten((args, kwargs))
+        return run(function, leaves, treedef)
 
 
 run_eagerly(Caller.__call__, _custom_op.EAGER_ADVICE)  # type: ignore[arg-type]
@@ -79,7 +74,19 @@ def jax_call(fn: Callable[..., Any]) -> Callable[..., Any]:
     jitted ``fn`` the forward and the backward are each one cached jitted call; an
     unjitted ``fn`` runs eagerly (``jax.vjp`` per call, much slower). Gradients of
     gradients (``create_graph=True``) work to any order. Complex gradients follow torch's
-    convention (conjugate Wirtinger).
+    convention (conjugate Wirtinger). Every gradient is a buffer of its own (never torch's
+    incoming gradient, another gradient or a result), and any gradient torch hands the
+    backward is accepted: one JAX cannot alias (a slice at an odd address, as ``cat``'s
+    backward makes) is copied, not refused.
+
+    ``torch.func`` and forward mode: ``grad``, ``vjp``, ``jacrev``, ``jacfwd``, ``hessian``,
+    ``functional_call``, ``vmap`` (one ``jax.vmap`` call for the whole batch, so
+    ``vmap(grad(loss))`` gives per-sample gradients), ``jvp`` and dual tensors
+    (``jax.jvp``) work, composed in any order.
+
+    Plans belong to the function: a wrapper made anew on every step
+    (``jax_call(jax.jit(f))`` inside ``forward()``) reuses what the first compiled, as
+    ``jax.jit`` does for the same ``f``.
 
     What the backward reads: the inputs and the results JAX's backward needs are kept as
     torch keeps its own (``save_for_backward``, no copy). Overwriting one of them in place
@@ -140,7 +147,7 @@ def jax_call(fn: Callable[..., Any]) -> Callable[..., Any]:
             f"jax_call: fn must be a callable JAX function, got {fn!r} ({type(fn).__name__})"
         )
     caller = Caller(fn)
-    key = _custom_op.register(caller, getattr(fn, "__name__", type(fn).__name__))
+    key = _custom_op.register(caller)
 
     @functools.wraps(fn)
     def call(*args: Any, **kwargs: Any) -> Any:

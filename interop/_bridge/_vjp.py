@@ -31,6 +31,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .. import _private
+from .._errors import X64DisabledError
+from ._functions import Function
+
 #: A leaf's kind in a call: differentiated, another array, or a static value.
 DIFF, ARRAY, STATIC = 0, 1, 2
 #: Where a residual comes from: kept by the forward, an input, an output.
@@ -104,10 +108,58 @@ jax.tree_util.register_pytree_node(
 )
 
 
+@dataclasses.dataclass
+class Returned:
+    """A batched forward's array results and the :class:`Outputs` they rebuild into (a
+    pytree whose leaves are ``arrays``: jit returns the outputs with every call)."""
+
+    arrays: list[Any]
+    outputs: Outputs
+
+
+jax.tree_util.register_pytree_node(
+    Returned,
+    lambda r: (r.arrays, r.outputs),
+    lambda outputs, arrays: Returned(list(arrays), outputs),
+)
+
+
 def _as_array(value: Any) -> Any:
     """A JAX array as it is (so a residual that is this result is known by identity), any
-    other array converted."""
-    return value if isinstance(value, jax.Array) else jnp.asarray(value)
+    other array converted (:func:`host_result`)."""
+    return value if isinstance(value, jax.Array) else host_result(value)
+
+
+def host_result(leaf: Any) -> Any:
+    """A NumPy result (an array or a scalar) as a JAX array, as JAX converts it; any other
+    leaf as it is. A 64-bit one is refused while JAX's x64 mode is off: JAX would narrow
+    it to 32 bits.
+
+    Raises:
+        X64DisabledError: (a ``TypeError``) a 64-bit NumPy result with x64 off.
+
+    Example:
+        >>> import numpy as np
+        >>> host_result(np.arange(3, dtype=np.int32))
+        Array([0, 1, 2], dtype=int32)
+        >>> host_result(np.zeros(2))
+        Traceback (most recent call last):
+        ...
+        interop.errors.X64DisabledError: jax_call: the function returned a NumPy float64 ...
+    """
+    if not isinstance(leaf, (np.ndarray, np.generic)):
+        return leaf
+    dtype = leaf.dtype
+    wide = (dtype.kind in "iuf" and dtype.itemsize == 8) or (
+        dtype.kind == "c" and dtype.itemsize == 16
+    )
+    if wide and not _private.x64_enabled():
+        raise X64DisabledError(
+            f"jax_call: the function returned a NumPy {dtype} value (shape {np.shape(leaf)}), "
+            "which JAX would narrow to 32 bits with its x64 mode off, with and without "
+            "gradients alike. Return a 32-bit value, or enable JAX's x64 mode."
+        )
+    return jnp.asarray(leaf)
 
 
 def _index_of(value: Any, candidates: Sequence[Any]) -> int:
@@ -166,7 +218,7 @@ class Plan:
         >>> leaves, treedef = jax.tree_util.tree_flatten(((jnp.ones(3),), {}))
         >>> plan = Plan(jnp.sin, Signature(treedef, (DIFF,), ()), jitted=False)
         >>> outs, residuals = plan.forward([jnp.zeros(3)], [])
-        >>> plan.backward(residuals.info, (GIVEN,))(residuals.kept, [jnp.ones(3)])
+        >>> plan.backward(residuals.info, (GIVEN,), (True,))(residuals.kept, [jnp.ones(3)])
         [Array([1., 1., 1.], dtype=float32)]
     """
 
@@ -174,13 +226,27 @@ class Plan:
         self.fn = fn
         self.signature = signature
         self.jitted = jitted
+        #: Whether the call's tensors may be copied where JAX cannot alias them (see
+        #: :attr:`Function.copies_inputs`).
+        self.copies_inputs: bool = getattr(fn, "copies_inputs", False)
         self.forward: Callable[[list[Any], list[Any]], tuple[list[Any], Residuals]] = (
             jax.jit(self._forward) if jitted else self._forward
         )
-        self._backwards: dict[tuple[ResidualInfo, tuple[int, ...]], Callable[..., Any]] = {}
-        self.vjp = jax.jit(self._vjp) if jitted else self._vjp
-        #: The plans of ``vjp``'s own calls (gradients of gradients), by signature.
-        self.vjp_plans: dict[Any, Plan] = {}
+        self._backwards: dict[Any, Callable[..., Any]] = {}
+        name = getattr(fn, "name", getattr(fn, "__name__", "fn"))
+        #: The gradients as a function of the inputs and cotangents: what a backward that
+        #: is differentiated again (or transformed by ``torch.func``) calls, with its plans.
+        #: Its last argument, which gradients are needed, is static.
+        self.vjp = self._derived(self._vjp, f"vjp({name})", static=3)
+        #: ``vjp`` over a batch of cotangents (their first axis), the inputs shared.
+        self.vjp_batched = self._derived(self._vjp_batched, f"vmap(vjp({name}))", static=3)
+        #: The tangents of the results as a function of the inputs and their tangents.
+        self.jvp = self._derived(self._jvp, f"jvp({name})")
+        self._batched: dict[Any, Function] = {}
+
+    def _derived(self, fn: Callable[..., Any], name: str, static: int | None = None) -> Function:
+        derived = jax.jit(fn, static_argnums=static) if self.jitted else fn
+        return Function(derived, name, shared=False, copies_inputs=True)
 
     def _primal(self, arrays: Sequence[Any], box: list[Outputs]) -> Callable[..., list[Any]]:
         """``fn`` as a function of the differentiated arrays, returning its array leaves
@@ -216,33 +282,97 @@ class Plan:
         return outs, Residuals(kept, ResidualInfo(treedef, tuple(where), box[0]))
 
     def backward(
-        self, info: ResidualInfo, kinds: tuple[int, ...]
+        self, info: ResidualInfo, kinds: tuple[int, ...], needed: tuple[bool, ...]
     ) -> Callable[[list[Any], list[Any]], list[Any]]:
         """The backward of a forward whose residuals ``info`` describes, for cotangents of
         the given kinds: a function of (the VJP's leaves, the given cotangents) returning
-        one gradient per differentiated input."""
-        key = (info, kinds)
+        one gradient per differentiated input, ``None`` where it is not ``needed`` (and,
+        jitted, not computed)."""
+        key = (info, kinds, needed)
         backward = self._backwards.get(key)
         if backward is None:
 
             def backward(leaves: list[Any], given: list[Any]) -> list[Any]:
                 vjp = jax.tree_util.tree_unflatten(info.treedef, leaves)
-                return gradients(vjp(cotangents(info.outputs.avals, kinds, given)))
+                grads = gradients(vjp(cotangents(info.outputs.avals, kinds, given)))
+                return [g if n else None for g, n in zip(grads, needed, strict=True)]
 
             if self.jitted:
                 backward = jax.jit(backward)
                 self._backwards[key] = backward  # eager plans trace anew each call
         return backward
 
-    def _vjp(self, diff: list[Any], arrays: list[Any], torch_cts: list[Any]) -> list[Any]:
-        """The gradients as a JAX function of the inputs and of torch's cotangents (``None``
-        where torch gave none): the backward that can itself be differentiated."""
+    def batched(self, in_axes: tuple[int | None, ...], slots: tuple[int, ...]) -> Function:
+        """The forward over a batch, as ``jax.vmap`` makes it: one call for the batch.
+
+        Args:
+            in_axes: per tensor of the call (differentiated ones first), its batch axis
+                (``None``: not batched).
+            slots: per non-differentiated array, its index among the tensors, or -1 for an
+                array that is not a tensor (never batched).
+
+        Returns:
+            A function of (the tensors' arrays, the other arrays) returning
+            :class:`Returned`: the results, batched on their first axis.
+        """
+        key = (in_axes, slots)
+        found = self._batched.get(key)
+        if found is None:
+            n_diff = len(in_axes) - sum(s >= 0 for s in slots)
+
+            def batched(values: list[Any], others: list[Any]) -> Returned:
+                box: list[Outputs] = []
+
+                def one(*values: Any) -> list[Any]:
+                    rest = iter(others)
+                    arrays = [values[s] if s >= 0 else next(rest) for s in slots]
+                    return self._primal(arrays, box)(*values[:n_diff])
+
+                return Returned(jax.vmap(one, in_axes=in_axes)(*values), box[0])
+
+            name = getattr(self.fn, "name", getattr(self.fn, "__name__", "fn"))
+            found = self._batched[key] = self._derived(batched, f"vmap({name})")
+        return found
+
+    def _jvp(self, diff: list[Any], arrays: list[Any], tangents: list[Any]) -> list[Any]:
+        """The tangents of the array results (``None`` for integer and bool results) from
+        the tangents of the differentiated inputs (``None``: zero)."""
         box: list[Outputs] = []
-        _, vjp = jax.vjp(self._primal(arrays, box), *diff)
+        full = [jnp.zeros_like(d) if t is None else t for d, t in zip(diff, tangents, strict=True)]
+        outs, out_tangents = jax.jvp(self._primal(arrays, box), list(diff), full)
+        return [
+            t if jnp.issubdtype(o.dtype, jnp.inexact) else None
+            for o, t in zip(outs, out_tangents, strict=True)
+        ]
+
+    def _vjp_batched(
+        self, diff: list[Any], arrays: list[Any], torch_cts: list[Any], needed: tuple[bool, ...]
+    ) -> Any:
+        return jax.vmap(lambda cts: self._vjp(diff, arrays, cts, needed))(torch_cts)
+
+    def _vjp(
+        self, diff: list[Any], arrays: list[Any], torch_cts: list[Any], needed: tuple[bool, ...]
+    ) -> list[Any]:
+        """The gradients as a JAX function of the inputs and of torch's cotangents (``None``
+        where torch gave none): the backward that can itself be differentiated. Only the
+        ``needed`` gradients are computed (``None`` for the others): under ``jax.vmap`` a
+        per-sample gradient nobody asked for can cost more than the rest together."""
+        box: list[Outputs] = []
+        primal = self._primal(arrays, box)
+        positions = [i for i, n in enumerate(needed) if n]
+
+        def of_needed(*values: Any) -> list[Any]:
+            full = list(diff)
+            for position, value in zip(positions, values, strict=True):
+                full[position] = value
+            return primal(*full)
+
+        _, vjp = jax.vjp(of_needed, *(diff[p] for p in positions))
         outputs = box[0]
         kinds = tuple(
             GIVEN if ct is not None else ZERO if jnp.issubdtype(dtype, jnp.inexact) else FLOAT0
             for ct, (_, dtype) in zip(torch_cts, outputs.avals, strict=True)
         )
         given = [ct for ct in torch_cts if ct is not None]
-        return gradients(vjp(cotangents(outputs.avals, kinds, given)))
+        found = iter(gradients(vjp(cotangents(outputs.avals, kinds, given))))
+        return [next(found) if n else None for n in needed]

@@ -10,7 +10,7 @@ import torch
 from conftest import enable_x64
 
 import interop
-from interop._bridge import _autograd
+from interop._bridge import _autograd, _exchange
 
 
 @jax.jit
@@ -249,7 +249,8 @@ def test_a_copy_lets_the_region_be_reused_before_backward():
 
 @pytest.fixture
 def handoffs(monkeypatch):
-    """Records (tensor pointer, array pointer) of every to_jax and to_torch in _autograd."""
+    """Records (tensor pointer, array pointer) of every to_jax and to_torch of the autograd
+    node (``_autograd``, and ``_exchange`` for cotangents)."""
     seen: dict[str, list[tuple[int, int]]] = {"to_jax": [], "to_torch": []}
 
     def to_jax(tensor):
@@ -262,8 +263,9 @@ def handoffs(monkeypatch):
         seen["to_torch"].append((tensor.data_ptr(), array.unsafe_buffer_pointer()))
         return tensor
 
-    monkeypatch.setattr(_autograd, "to_jax", to_jax)
-    monkeypatch.setattr(_autograd, "to_torch", to_torch)
+    for module in (_autograd, _exchange):
+        monkeypatch.setattr(module, "to_jax", to_jax)
+        monkeypatch.setattr(module, "to_torch", to_torch)
     return seen
 
 

@@ -39,7 +39,23 @@ def test_the_jitted_backward_is_made_once_per_residual_structure():
     assert len(infos) == 1  # jit hands back the same description each call
     _, residuals = plan.forward([jnp.ones(3)], [])
     kinds = (_vjp.GIVEN,)
-    assert plan.backward(residuals.info, kinds) is plan.backward(residuals.info, kinds)
+    backward = plan.backward(residuals.info, kinds, (True,))
+    assert backward is plan.backward(residuals.info, kinds, (True,))
+
+
+def test_a_gradient_nobody_needs_is_not_computed():
+    plan = _plan(lambda a, b: jnp.sin(a) * b, n_diff=2)
+    inputs = [jnp.full(2, 0.0), jnp.full(2, 5.0)]
+    outs, residuals = plan.forward(inputs, [])
+    sources = {_vjp.KEPT: residuals.kept, _vjp.INPUT: inputs, _vjp.OUTPUT: outs}
+    leaves = [sources[kind][index] for kind, index in residuals.info.where]
+    backward = plan.backward(residuals.info, (_vjp.GIVEN,), (False, True))
+    got = backward(leaves, [jnp.ones(2)])
+    assert got[0] is None and got[1].tolist() == [0.0, 0.0]
+    both = plan.backward(residuals.info, (_vjp.GIVEN,), (True, True))
+    compiled = [b.lower(leaves, [jnp.ones(2)]).compile().as_text() for b in (backward, both)]
+    products = [text.count("multiply(") for text in compiled]
+    assert products[0] < products[1]  # XLA drops what the unneeded gradient needed
 
 
 def test_cotangents_conjugate_broadcast_and_fill():

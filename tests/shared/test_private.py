@@ -246,3 +246,55 @@ def test_a_weak_storage_reference_gives_the_live_storage_or_none(monkeypatch):
     ref = StorageWeakRef(tensor.untyped_storage())
     monkeypatch.setattr(private, "torch", types.SimpleNamespace(UntypedStorage=object))
     assert private.storage_from_weak(ref) is None
+
+
+def test_transforms_are_seen_while_torch_func_runs():
+    import torch
+
+    seen = []
+    torch.func.vmap(lambda x: seen.append(private.transforms_active()) or x)(torch.ones(2, 1))
+    assert seen == [True] and private.transforms_active() is False
+
+
+def test_without_the_forward_ad_level_every_tensor_is_asked(monkeypatch):
+    import torch
+
+    monkeypatch.delattr(torch.autograd.forward_ad, "_current_level")
+    assert private.dual_level_active() is True
+
+
+def test_jit_options_without_the_private_field_are_unknown():
+    import jax
+
+    jitted = jax.jit(lambda x: x)
+    assert private.jit_options(types.SimpleNamespace(_jit_info=object())) is None
+    assert private.jit_options(jitted) == private.jit_options(jax.jit(jitted.__wrapped__))
+    assert hash(private.jit_options(jax.jit(jitted.__wrapped__, donate_argnums=0)))
+
+
+def test_the_legacy_vmap_level_is_found_and_round_trips():
+    import torch
+
+    seen = []
+
+    class Probe(torch.autograd.Function):
+        @staticmethod
+        def forward(x):
+            return x * 1
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            pass
+
+        @staticmethod
+        def backward(ctx, grad):
+            level = private.legacy_vmap_level([None, grad])
+            plain = private.legacy_unbatched(grad, level)
+            seen.append(tuple(plain.shape))
+            return private.legacy_batched(plain * 3, level)
+
+    x = torch.ones(3, requires_grad=True)
+    cotangents = torch.arange(6.0).reshape(2, 3)
+    (got,) = torch.autograd.grad(Probe.apply(x), x, cotangents, is_grads_batched=True)
+    assert seen == [(2, 3)] and torch.equal(got, cotangents * 3)
+    assert private.legacy_vmap_level([cotangents]) is None

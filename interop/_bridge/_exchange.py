@@ -1,0 +1,168 @@
+"""The tensors a ``jax_call`` exchanges with torch's autograd and ``torch.func``: what torch
+hands in (cotangents, tangents, batched slices) and what goes back (results, gradients).
+
+In: torch makes these tensors, so they are not the user's to align. A cotangent may be a
+slice of a larger gradient at any element offset (``cat``'s and ``stack``'s backward), a
+step slice, a broadcast (stride 0) or a lazy conjugate. Each crosses over zero-copy where
+JAX can alias it, and is otherwise copied once into a fresh tensor JAX can alias: never
+refused (:func:`to_jax_or_copy`). Each copy is counted in :data:`COTANGENT_COPIES` and
+logged at debug level on the ``interop`` logger. The user's own inputs are never copied:
+a misaligned input is refused, as ``to_jax`` documents.
+
+Out: every tensor handed back is a buffer of its own. Eager JAX may return one array for
+several results, or hand a cotangent back as a gradient (the transpose of ``a + b``
+returns the cotangent itself for both inputs); torch accumulates gradients in place and
+tracks versions per tensor, so a shared buffer would be changed twice. Such a tensor is
+copied (:func:`unshared`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import jax
+import torch
+
+from .._diagnostics import logger
+from .._errors import LazyViewError, MisalignedViewError, UnsupportedLayoutError
+from . import _dlpack
+from ._handoff import to_jax, to_torch
+from ._vjp import host_result
+
+
+@dataclasses.dataclass
+class Copies:
+    """How many values torch handed over were copied because JAX could not alias them."""
+
+    count: int = 0
+
+
+#: The copies of cotangents (and tangents, and batched slices) made so far, process-wide.
+COTANGENT_COPIES = Copies()
+
+_CANNOT_ALIAS = (MisalignedViewError, UnsupportedLayoutError, LazyViewError)
+
+
+def to_jax_or_copy(tensor: torch.Tensor) -> Any:
+    """``tensor`` as a JAX array: zero-copy where JAX can alias it, else a copy that it can
+    (counted and logged); for values torch makes, never for the user's inputs.
+
+    Example:
+        >>> import torch
+        >>> whole = torch.arange(9.0)
+        >>> before = COTANGENT_COPIES.count
+        >>> to_jax_or_copy(whole[1:]).tolist()  # one element in: not 64-byte aligned
+        [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]
+        >>> COTANGENT_COPIES.count - before
+        1
+    """
+    try:
+        return to_jax(tensor)
+    except _CANNOT_ALIAS as err:
+        copy = torch.empty(tensor.shape, dtype=tensor.dtype, device=tensor.device)
+        copy.copy_(tensor)  # resolves a lazy conjugate or negation too
+        COTANGENT_COPIES.count += 1
+        logger.debug(
+            "interop.jax_call: copied a cotangent of shape %s (%s, stride %s) that JAX "
+            "cannot alias (%s); a fresh tensor crosses over instead.",
+            tuple(tensor.shape), tensor.dtype, tensor.stride(), type(err).__name__,
+        )  # fmt: skip
+        return to_jax(copy)
+
+
+def compact_cotangent(grad: torch.Tensor) -> torch.Tensor:
+    """Torch's gradient of an output, its broadcast dimensions cut to size 1 (a view).
+
+    A broadcast gradient (stride 0, as ``.sum()``'s backward gives) goes to JAX compact and
+    is broadcast there (``_vjp.cotangents``): JAX cannot alias a stride-0 layout.
+
+    Example:
+        >>> import torch
+        >>> g = torch.ones(()).expand(3, 4)
+        >>> c = compact_cotangent(g)
+        >>> c.shape, c.data_ptr() == g.data_ptr()
+        (torch.Size([1, 1]), True)
+    """
+    if 0 not in grad.stride() or grad.numel() <= 1:
+        return grad
+    # JAX's DLPack import ignores the strides of size-1 dimensions: the view aliases.
+    return grad[tuple(slice(0, 1) if s == 0 else slice(None) for s in grad.stride())]
+
+
+def cotangent_to_jax(grad: torch.Tensor) -> Any:
+    """Torch's gradient of an output as a JAX array over the same bytes (compact where it
+    is broadcast: :func:`compact_cotangent`); a layout JAX cannot alias (an address off
+    JAX's alignment, a step slice, a lazy conjugate) is copied (:func:`to_jax_or_copy`).
+
+    Example:
+        >>> import torch
+        >>> g = torch.ones(()).expand(3, 4)
+        >>> a = cotangent_to_jax(g)
+        >>> a.shape, a.unsafe_buffer_pointer() == g.data_ptr()
+        ((1, 1), True)
+    """
+    if grad.is_contiguous():  # the usual case, handed over as it is
+        try:
+            return to_jax(grad.detach())
+        except _CANNOT_ALIAS:
+            pass
+    return to_jax_or_copy(compact_cotangent(grad.detach()))
+
+
+def _span(tensor: torch.Tensor) -> tuple[int, int]:
+    """The bytes ``tensor`` covers, ``[start, end)``."""
+    start = tensor.data_ptr()
+    extent = 0
+    for size, stride in zip(tensor.shape, tensor.stride(), strict=True):
+        extent += (size - 1) * abs(stride)
+    return start, start + (extent + 1) * tensor.element_size()
+
+
+def unshared(
+    tensors: Sequence[torch.Tensor | None], others: Iterable[torch.Tensor | None] = ()
+) -> list[torch.Tensor | None]:
+    """``tensors``, each copied where its bytes overlap another's of ``tensors`` or any of
+    ``others`` (torch's incoming gradients, the saved tensors, another result).
+
+    Example:
+        >>> import torch
+        >>> grad = torch.ones(3)
+        >>> a, b = unshared([grad, grad.view(3)])
+        >>> a is grad, b.data_ptr() == grad.data_ptr()
+        (True, False)
+        >>> unshared([grad], [grad])[0] is grad
+        False
+    """
+    taken = [_span(t) for t in others if t is not None and t.numel()]
+    out: list[torch.Tensor | None] = []
+    for tensor in tensors:
+        if tensor is not None and tensor.numel():
+            start, end = _span(tensor)
+            if any(start < e and s < end for s, e in taken):
+                tensor = tensor.clone()
+                start, end = _span(tensor)
+            taken.append((start, end))
+        out.append(tensor)
+    return out
+
+
+def results_to_torch(result: Any) -> Any:
+    """The arrays in a function's result as tensors (:func:`~interop.to_torch`; NumPy
+    results converted as :func:`host_result` says), one tensor per array: an array that
+    appears twice comes back as two tensors with buffers of their own."""
+    leaves, treedef = jax.tree_util.tree_flatten(result)
+    tensors = []
+    seen: set[int] = set()
+    for leaf in leaves:
+        leaf = host_result(leaf)
+        if _dlpack.is_array_impl(leaf):
+            tensor = to_torch(leaf)
+            if tensor.numel():
+                if tensor.data_ptr() in seen:
+                    tensor = tensor.clone()
+                seen.add(tensor.data_ptr())
+            leaf = tensor
+        tensors.append(leaf)
+    return jax.tree_util.tree_unflatten(treedef, tensors)

@@ -1,0 +1,171 @@
+"""The buffers a differentiable ``jax_call`` hands torch: gradients that share memory with
+nothing else torch holds, results of one array that are distinct tensors, and any cotangent
+torch hands over accepted (a misaligned or strided one copied, never refused)."""
+
+from __future__ import annotations
+
+import logging
+
+import jax
+import jax.numpy as jnp
+import pytest
+import torch
+
+import interop
+from interop._bridge import _exchange
+
+
+def _span(t: torch.Tensor) -> tuple[int, int]:
+    """The bytes ``t`` covers: [start, end)."""
+    extent = sum((size - 1) * stride for size, stride in zip(t.shape, t.stride(), strict=True))
+    return t.data_ptr(), t.data_ptr() + (extent + 1) * t.element_size()
+
+
+def _overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
+    (a0, a1), (b0, b1) = _span(a), _span(b)
+    return a0 < b1 and b0 < a1
+
+
+_ADD = {"eager": lambda a, b: a + b, "jitted": jax.jit(lambda a, b: a + b)}
+
+
+@pytest.mark.parametrize("kind", list(_ADD))
+def test_accumulated_gradients_are_torchs(kind):
+    """Eager JAX's transpose of ``a + b`` returns the cotangent itself for both inputs: the
+    gradients must still be two buffers, neither of them torch's incoming gradient."""
+    add = interop.jax_call(_ADD[kind])
+    a, b = torch.zeros(5, requires_grad=True), torch.zeros(5, requires_grad=True)
+    cotangent = torch.arange(5.0)
+    for _ in range(2):
+        add(a, b).backward(cotangent)
+    assert a.grad.tolist() == b.grad.tolist() == [0.0, 2.0, 4.0, 6.0, 8.0]
+    assert cotangent.tolist() == [0.0, 1.0, 2.0, 3.0, 4.0]
+    assert not _overlap(a.grad, b.grad)
+
+
+@pytest.mark.parametrize("kind", list(_ADD))
+def test_gradients_share_no_memory_with_the_incoming_gradient_or_each_other(kind):
+    add = interop.jax_call(_ADD[kind])
+    a, b = torch.zeros(5, requires_grad=True), torch.zeros(5, requires_grad=True)
+    cotangent = torch.arange(5.0)
+    ga, gb = torch.autograd.grad(add(a, b), (a, b), cotangent)
+    assert not _overlap(ga, cotangent) and not _overlap(gb, cotangent)
+    assert not _overlap(ga, gb)
+
+
+def test_clip_grad_norm_scales_each_gradient_once():
+    add = interop.jax_call(lambda a, b: a + b)
+    params = [torch.ones(4, requires_grad=True) for _ in range(2)]
+    reference = [p.detach().clone().requires_grad_() for p in params]
+    add(*params).backward(torch.full((4,), 3.0))
+    (reference[0] + reference[1]).backward(torch.full((4,), 3.0))
+    torch.nn.utils.clip_grad_norm_(params, 1.0)
+    torch.nn.utils.clip_grad_norm_(reference, 1.0)
+    for got, want in zip(params, reference, strict=True):
+        assert torch.allclose(got.grad, want.grad)
+
+
+def test_an_identity_gradient_is_not_the_incoming_gradient():
+    identity = interop.jax_call(lambda v: v + 0.0)  # eager JAX hands the cotangent back
+    x = torch.zeros(3, requires_grad=True)
+    cotangent = torch.ones(3)
+    identity(x).backward(cotangent)
+    x.grad.add_(1.0)  # what an optimiser's in-place update of .grad does
+    assert cotangent.tolist() == [1.0, 1.0, 1.0]
+
+
+_TWICE = {"eager": lambda x: (x * 2,) * 2, "jitted": jax.jit(lambda x: (x * 2,) * 2)}
+
+
+@pytest.mark.parametrize("kind", list(_TWICE))
+@pytest.mark.parametrize("grad", [False, True], ids=["no-grad", "grad"])
+def test_results_of_one_array_are_distinct_tensors(kind, grad):
+    x = torch.ones(3, requires_grad=grad)
+    first, second = interop.jax_call(_TWICE[kind])(x)
+    assert not _overlap(first, second)
+    before = first._version
+    second.add_(1.0)  # only that tensor changes, and only its version counter
+    assert first.tolist() == [2.0, 2.0, 2.0] and first._version == before
+
+
+# ----- any cotangent torch hands over is accepted -----
+
+
+def _misaligned_cotangent_loss(y: torch.Tensor) -> torch.Tensor:
+    """cat's backward hands ``y`` a slice of one larger gradient, one element in: an
+    address that is not 64-byte aligned."""
+    whole = torch.cat([torch.ones(1), y])
+    return (whole * torch.arange(1.0, whole.numel() + 1)).sum()
+
+
+def _strided_cotangent_loss(y: torch.Tensor) -> torch.Tensor:
+    """cat's backward along dim 1 hands ``y`` a column of one larger gradient: a step
+    slice."""
+    whole = torch.cat([y[:, None], torch.ones(y.shape[0], 1)], dim=1)
+    return (whole * torch.arange(1.0, whole.numel() + 1).reshape(whole.shape)).sum()
+
+
+_LOSSES = {"misaligned": _misaligned_cotangent_loss, "strided": _strided_cotangent_loss}
+
+
+def _reference_grad(loss_of, x: torch.Tensor, create_graph: bool = False) -> torch.Tensor:
+    ref = x.detach().clone().requires_grad_()
+    (grad,) = torch.autograd.grad(loss_of(torch.sin(ref)), ref, create_graph=create_graph)
+    return grad
+
+
+@pytest.fixture
+def copies():
+    """How many cotangents were copied since the test began."""
+    before = _exchange.COTANGENT_COPIES.count
+    return lambda: _exchange.COTANGENT_COPIES.count - before
+
+
+@pytest.mark.parametrize("layout", list(_LOSSES))
+def test_a_cotangent_jax_cannot_alias_is_copied_not_refused(layout, copies):
+    sin = interop.jax_call(jax.jit(jnp.sin))
+    x = torch.linspace(-1, 1, 7, requires_grad=True)
+    _LOSSES[layout](sin(x)).backward()
+    assert torch.allclose(x.grad, _reference_grad(_LOSSES[layout], x), atol=1e-6)
+    assert copies() == 1
+
+
+@pytest.mark.parametrize("layout", list(_LOSSES))
+def test_higher_order_accepts_any_cotangent(layout, copies):
+    sin = interop.jax_call(jax.jit(jnp.sin))
+    x = torch.linspace(-1, 1, 7, requires_grad=True)
+    (grad,) = torch.autograd.grad(_LOSSES[layout](sin(x)), x, create_graph=True)
+    want = _reference_grad(_LOSSES[layout], x, create_graph=True)
+    assert torch.allclose(grad, want, atol=1e-6)
+    (again,) = torch.autograd.grad(grad.sum(), x)
+    ref = x.detach().clone().requires_grad_()
+    (ref_grad,) = torch.autograd.grad(_LOSSES[layout](torch.sin(ref)), ref, create_graph=True)
+    assert torch.allclose(again, torch.autograd.grad(ref_grad.sum(), ref)[0], atol=1e-6)
+    assert copies() >= 1
+
+
+@pytest.mark.parametrize("layout", list(_LOSSES))
+def test_the_compiled_backward_accepts_any_cotangent(layout, copies):
+    torch._dynamo.reset()
+    sin = interop.jax_call(jax.jit(jnp.sin))
+    loss_of = _LOSSES[layout]
+    compiled = torch.compile(lambda x: loss_of(sin(x)), backend="aot_eager", fullgraph=True)
+    x = torch.linspace(-1, 1, 7, requires_grad=True)
+    compiled(x).backward()
+    torch._dynamo.reset()
+    assert torch.allclose(x.grad, _reference_grad(loss_of, x), atol=1e-6)
+
+
+def test_each_copy_is_counted_and_logged_at_debug_level(copies, caplog):
+    caplog.set_level(logging.DEBUG, logger="interop")
+    x = torch.linspace(-1, 1, 7, requires_grad=True)
+    _misaligned_cotangent_loss(interop.jax_call(jax.jit(jnp.sin))(x)).backward()
+    assert copies() == 1
+    assert "copied a cotangent" in caplog.text and "(7,)" in caplog.text
+
+
+def test_a_misaligned_input_is_still_refused():
+    """Inputs are the caller's to align (a documented refusal); only cotangents are copied."""
+    base = torch.zeros(9)
+    with pytest.raises(interop.errors.MisalignedViewError):
+        interop.jax_call(jax.jit(jnp.sin))(base[1:])

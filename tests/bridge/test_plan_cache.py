@@ -1,0 +1,124 @@
+"""Plans are cached by the function (and its static arguments), not by the wrapper: a
+``jax_call`` made anew inside ``forward()`` traces nothing again; and result types are the
+same with and without grad."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+
+import interop
+
+
+def _counting():
+    traces: list[tuple[int, ...]] = []
+
+    def layer(w, x):
+        traces.append(x.shape)  # runs when JAX traces the function, not when it runs
+        return jnp.tanh(x @ w)
+
+    return layer, traces
+
+
+@pytest.fixture
+def compiles():
+    """The XLA compilations JAX makes while a test runs (a list of event names)."""
+    events: list[str] = []
+
+    def listener(event: str, duration: float, **kwargs: object) -> None:
+        if event.endswith("backend_compile_duration"):
+            events.append(event)
+
+    jax.monitoring.register_event_duration_secs_listener(listener)
+    yield events
+    jax.monitoring.unregister_event_duration_listener(listener)
+
+
+def test_rewrapping_a_jitted_function_compiles_nothing_again(compiles):
+    layer, traces = _counting()
+    jitted = jax.jit(layer)
+    w = torch.randn(4, 3, requires_grad=True)
+    interop.jax_call(jitted)(w, torch.randn(5, 4)).sum().backward()
+    first = len(compiles)
+    for _ in range(3):  # a model whose forward() wraps the layer on every step
+        interop.jax_call(jitted)(w, torch.randn(5, 4)).sum().backward()
+    assert len(compiles) == first and traces == [(5, 4)]
+
+
+def test_rejitting_the_same_function_every_step_compiles_nothing_again(compiles):
+    """What ``interop.jax_call(jax.jit(f))`` in forward() does: a new jit object each step,
+    as JAX itself caches by the function."""
+    layer, traces = _counting()
+    w = torch.randn(4, 3, requires_grad=True)
+    interop.jax_call(jax.jit(layer))(w, torch.randn(5, 4)).sum().backward()
+    first = len(compiles)
+    for _ in range(3):
+        interop.jax_call(jax.jit(layer))(w, torch.randn(5, 4)).sum().backward()
+    assert len(compiles) == first and traces == [(5, 4)]
+    with torch.no_grad():
+        for _ in range(2):
+            interop.jax_call(jax.jit(layer))(w, torch.randn(5, 4))
+    assert traces == [(5, 4)]  # JAX's own jit shares the trace: it traced the same function
+
+
+def test_jit_options_are_part_of_the_key():
+    def scale(x, n):
+        return x * n
+
+    x = torch.ones(2, requires_grad=True)
+    static = interop.jax_call(jax.jit(scale, static_argnums=1))(x, 3.0)
+    traced = interop.jax_call(jax.jit(scale))(x, torch.tensor(4.0))
+    assert static.tolist() == [3.0, 3.0] and traced.tolist() == [4.0, 4.0]
+
+
+def test_static_arguments_are_part_of_the_key():
+    call = jax.jit(lambda v, n: v * n)
+    v = torch.ones(2, requires_grad=True)
+    got = [interop.jax_call(call)(v, n).tolist() for n in (2.0, 3.0, 2.0)]
+    assert got == [[2.0, 2.0], [3.0, 3.0], [2.0, 2.0]]
+
+
+def test_distinct_closures_of_one_code_are_distinct_functions():
+    v = torch.ones(2, requires_grad=True)
+    results = [interop.jax_call(jax.jit(lambda x, k=k: x * k))(v).tolist() for k in (1.0, 2.0)]
+    scales = [jnp.full(2, s) for s in (1.0, 2.0)]
+    closures = [interop.jax_call(jax.jit(lambda x, s=s: x * s))(v).tolist() for s in scales]
+    assert results == closures == [[1.0, 1.0], [2.0, 2.0]]
+
+
+def test_the_cache_does_not_keep_a_function_alive():
+    def make():
+        return jax.jit(lambda x: x * 2)
+
+    jitted = make()
+    ref = weakref.ref(jitted.__wrapped__)
+    interop.jax_call(jitted)(torch.ones(2, requires_grad=True)).sum().backward()
+    del jitted
+    gc.collect()
+    assert ref() is None
+
+
+_NUMPY = {
+    "array": lambda x: np.ones(3, np.float32),
+    "scalar": lambda x: np.float32(2.0),
+    "mixed": lambda x: (x * 2, np.arange(3, dtype=np.int32)),
+}
+
+
+@pytest.mark.parametrize("name", list(_NUMPY))
+def test_result_types_are_the_same_with_and_without_grad(name):
+    call = interop.jax_call(_NUMPY[name])
+    with_grad = call(torch.ones(3, requires_grad=True))
+    without = call(torch.ones(3))
+    with torch.no_grad():
+        no_grad = call(torch.ones(3, requires_grad=True))
+    leaves = [jax.tree_util.tree_leaves(r) for r in (with_grad, without, no_grad)]
+    for got in leaves:
+        assert [type(leaf) for leaf in got] == [torch.Tensor] * len(leaves[0])
+        assert [leaf.dtype for leaf in got] == [leaf.dtype for leaf in leaves[0]]
