@@ -68,6 +68,7 @@ import torch
 
 import functional_ws as fws
 from functional_ws import Growth, Slot, WorkspaceLockedError, WorkspaceState
+from functional_ws.fast_paths import fit
 
 from .._device import empty_device_cache, refuse_growth_during_capture
 from .._errors import ReplanLimitError
@@ -182,7 +183,7 @@ class Engine:
             ReplanLimitError: (``RuntimeError``) the state moved every time the call was
                 planned, :data:`MAX_PLANS` times, and the transition runs ``user_code``.
         """
-        spare: dict[int, Allocation] = {}  # a growth's buffers another growth overtook
+        spare: dict[int, Allocation] | None = None  # a growth's buffers another overtook
         records = self.buffers.records
         for attempt in range(MAX_PLANS + 1):
             if attempt < MAX_PLANS:
@@ -191,9 +192,21 @@ class Engine:
                     new, offsets, result, growth = transition(old, *args)
                 except WorkspaceLockedError as err:
                     raise worded(err, refused_by=self) from None
-                carver = self._install(old, new, growth, index, spare)
+                if growth:
+                    spare = {} if spare is None else spare
+                    carver = self._install(old, new, growth, index, spare)
+                else:  # _install without growth, written out: bench_workloads' miss rows
+                    with self._mutex:
+                        merged = new if self.state is old else self._merge(old, new, index)
+                        if merged is None:
+                            carver = None
+                        else:
+                            self.state = new = merged
+                            carver = _NO_SLOT if index is None else records[index][1]
             elif user_code is None:  # nothing of the caller's runs: plan under the mutex
-                new, offsets, result, carver = self._plan_under_lock(transition, index, args, spare)
+                new, offsets, result, carver = self._plan_under_lock(
+                    transition, index, args, {} if spare is None else spare
+                )
             else:
                 raise ReplanLimitError.for_user_code(user_code, MAX_PLANS)
             if carver is None:
@@ -204,6 +217,39 @@ class Engine:
             if records[index][1] is carver:  # still the slot's buffer
                 return views, result, new, carver.generation
         raise ReplanLimitError.for_growth(MAX_PLANS)
+
+    def fit_and_carve(
+        self, index: int, nbytes: list[int], requests: Sequence[tuple[Any, Any]]
+    ) -> list[torch.Tensor]:
+        """The miss path (a request seen for the first time in the slot at ``index``):
+        :func:`functional_ws.fast_paths.fit` of its byte counts, installed, its views carved.
+
+        The first try is written out (bench_workloads' "miss, 1 view" and "miss, 3 views":
+        :meth:`serve`'s general loop costs a tenth of a miss); a try that another call
+        overtook goes to :meth:`serve`, which plans it again.
+
+        Returns:
+            The carved (shared-base) views.
+        """
+        old = self.state
+        try:
+            new, offsets, _, growth = fit(old, index, nbytes)
+        except WorkspaceLockedError as err:
+            raise worded(err, refused_by=self) from None
+        records = self.buffers.records
+        if growth:
+            carver = self._install(old, new, growth, index, {})
+        else:
+            with self._mutex:
+                carver = None
+                if self.state is old:
+                    self.state = new
+                    carver = records[index][1]
+        if carver is not None:
+            views = carver.carve(offsets, requests)  # no lock held
+            if records[index][1] is carver:  # still the slot's buffer
+                return views
+        return self.serve(fit, index, requests, None, (index, nbytes))[0]
 
     def generation(self, index: int) -> int:
         """The generation of slot ``index``'s current buffer (memo entries record theirs)."""
@@ -247,36 +293,37 @@ class Engine:
         index: int | None,
         spare: dict[int, Allocation],
     ) -> Carver | None:
-        """Install ``new``, planned on ``old``, carrying out ``growth`` first (with the
-        buffers in ``spare``, by slot index, where they are the sizes it needs: what an
-        earlier try of the call allocated before another growth overtook it, so that code
-        its allocation runs, which made that growth, does not run again).
+        """Carry out ``growth`` and install ``new``, planned on ``old`` (with the buffers in
+        ``spare``, by slot index, where they are the sizes it needs: what an earlier try of
+        the call allocated before another growth overtook it, so that code its allocation
+        runs, which made that growth, does not run again).
 
         Returns:
             The carver of slot ``index`` as ``new`` describes it; ``None`` when the state
             moved before ``new`` could be installed (plan again).
         """
-        if growth:
-            if self._device.type == "cuda":
-                refuse_growth_during_capture(self._device, *growth[0])
-            try:
-                if self.buffers.allocator.releases_first and not _covers(spare, old, growth):
-                    return self._grow(old, new, growth, index, spare)
-                # Buffers in hand (a callable's, or spares): swapped in under the mutex.
-                return self._grow_allocating_first(old, new, growth, index, spare)
-            finally:
-                self.buffers.allocator.report()  # logging runs handlers: never under the mutex
-        with self._mutex:
-            current = self.state
-            if current is not old:  # other calls moved it: ours over theirs, where apart
-                if index is None or current.slots[index] is not old.slots[index]:
-                    return None  # the slot it planned in changed (or which it read is unknown)
-                settled = fws.rebase(old, new, current)
-                if settled is None:
-                    return None
-                new = settled
-            self.state = new
-            return self._carver(index)
+        if self._device.type == "cuda":
+            refuse_growth_during_capture(self._device, *growth[0])
+        try:
+            if self.buffers.allocator.releases_first and not (
+                spare and _covers(spare, old, growth)
+            ):
+                return self._grow(old, new, growth, index, spare)
+            # Buffers in hand (a callable's, or spares): swapped in under the mutex.
+            return self._grow_allocating_first(old, new, growth, index, spare)
+        finally:
+            self.buffers.allocator.report()  # logging runs handlers: never under the mutex
+
+    def _merge(
+        self, old: WorkspaceState, new: WorkspaceState, index: int | None
+    ) -> WorkspaceState | None:
+        """``new``, planned on ``old``, over what other calls made of the state meanwhile
+        (under the mutex): ``None`` where they changed the slot it planned in (or which it
+        read is unknown) or what it changes."""
+        current = self.state
+        if index is None or current.slots[index] is not old.slots[index]:
+            return None
+        return fws.rebase(old, new, current)
 
     # ----- growth -----
 
@@ -346,7 +393,7 @@ class Engine:
             with self._alloc_context():
                 entered = True
                 for (slot, nbytes), i in zip(growth, indices, strict=True):
-                    ready = spare.pop(i, None)
+                    ready = spare.pop(i, None) if spare else None
                     if ready is None or ready.nbytes != nbytes:
                         previous = old.slots[i].capacity
                         ready = self.buffers.allocate(i, nbytes, slot=slot, previous=previous)
@@ -439,7 +486,7 @@ class Engine:
 
 def _covers(spare: dict[int, Allocation], old: WorkspaceState, growth: Growth) -> bool:
     """Whether ``spare`` holds a buffer of the size ``growth`` needs for each of its slots."""
-    return all(
+    return bool(spare) and all(
         (allocation := spare.get(old.index(slot))) is not None and allocation.nbytes == nbytes
         for slot, nbytes in growth
     )

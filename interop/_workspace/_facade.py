@@ -28,7 +28,6 @@ import torch
 
 import functional_ws as fws
 from functional_ws import ViewSpec, WorkspaceState
-from functional_ws.fast_paths import fit
 
 from .. import _context
 from .._compile import run_eagerly_under_compile
@@ -280,9 +279,20 @@ class WorkspaceManager:
         except (IndexError, TypeError):  # not configured; unhashable (a list shape)
             entry = memo = None  # (served below: an error raised here would chain to this)
         if entry is None:
-            if memo is None:
-                return self._acquire(shapes_and_dtypes, (ubatch, lane))
-            return self._miss(shapes_and_dtypes, memo, (ubatch, lane))
+            nbytes: Any = None if memo is None else plain_nbytes(shapes_and_dtypes)
+            if nbytes is None or memo.old or memo.admits(shapes_and_dtypes):
+                served = self._miss(shapes_and_dtypes, memo, (ubatch, lane), nbytes)
+                if served is not None:
+                    return served
+            # Seen for the first time, the miss path written out (bench_workloads' miss
+            # rows): planned from its byte counts, carved, nothing kept.
+            views = self._engine.fit_and_carve(memo.index, nbytes, shapes_and_dtypes)
+            if memo.dead:  # this call grew the slot: its memo was replaced
+                memo = self._memos.acquired_memo(memo.index)
+            memo.last = ((ubatch, lane), shapes_and_dtypes)  # what the pictures draw
+            if len(views) == 1:  # fresh(), unrolled
+                return [views[0].view(shapes_and_dtypes[0][1])]
+            return fresh(views, shapes_and_dtypes)
         # A hit, written out here: bench_hot_path's "get_simultaneous x1" and "x3" (a call
         # is a measurable share of a repeated request). A memoised ((1,), dtype) equals
         # ((True,), dtype) and ((1.0,), dtype), which must still be refused: its dims are
@@ -302,33 +312,22 @@ class WorkspaceManager:
         if replay_and_swap(self._engine, memo, entry, state) is not None:
             return entry.fresh()  # type: ignore[no-any-return]
         entry = None  # the slow path may grow the slot: pin nothing of its old buffer
-        return self._miss(shapes_and_dtypes, memo, (ubatch, lane), replayed=True)
+        return self._server.acquire(shapes_and_dtypes, (ubatch, lane), True)  # memoised anew
 
     def _miss(
-        self,
-        specs: tuple[Any, ...],
-        memo: Memo,
-        slot: tuple[int, int],
-        replayed: bool = False,
-    ) -> list[torch.Tensor]:
-        """A request the memo could not serve: one seen for the first time (the miss path:
-        planned from its byte counts, nothing kept), one seen before (planned by the core
-        and memoised), or one not in its plain form."""
-        nbytes = plain_nbytes(specs)
-        if nbytes is None:  # spelled otherwise, or not a request: made canonical, or refused
+        self, specs: tuple[Any, ...], memo: Memo | None, slot: tuple[int, int], nbytes: Any
+    ) -> list[torch.Tensor] | None:
+        """A request the memo could not serve and that is not a plain first sighting: one
+        not in its plain form (``nbytes`` is ``None``: made canonical, or refused), one kept
+        in the memo's old generation, or one seen before (planned by the core and
+        memoised). ``None``: a first sighting after all, which the caller serves."""
+        if memo is None or nbytes is None:  # spelled otherwise, not a request, no slot
             return self._acquire(specs, slot)
-        if not replayed and memo.old and memo.promote(specs) is not None:
+        if memo.old and memo.promote(specs) is not None:
             return self.get_simultaneous(*specs)  # kept in the old generation: a hit now
-        if replayed or memo.admits(specs):  # seen before: planned by the core, memoised
+        if memo.admits(specs):  # seen before (asking again keeps the answer)
             return self._server.acquire(specs, slot, True)
-        # Seen for the first time: planned from its byte counts, carved, nothing kept.
-        views = self._engine.serve(fit, memo.index, specs, args=(memo.index, nbytes))[0]
-        if memo.dead:  # this call grew the slot: its memo was replaced
-            memo = self._memos.acquired_memo(memo.index)
-        memo.last = (slot, specs)  # what the pictures draw
-        if len(views) == 1:  # fresh(), unrolled here: bench_workloads' "miss, 1 view"
-            return [views[0].view(specs[0][1])]
-        return fresh(views, specs)
+        return None
 
     def try_get_simultaneous(
         self, *shapes_and_dtypes: tuple[tuple[int, ...], torch.dtype]
