@@ -50,38 +50,32 @@ def _finishes(work: Callable[[], Any], timeout: float = TIMEOUT) -> list[Any]:
 # ----- torch modes: their handlers are user code, and none runs under the lock (item 4) -----
 
 
-class CallsTheManager(TorchFunctionMode):
-    """A mode whose handler uses the manager on every torch call it sees (once at a time)."""
+class _UsesTheManager:
+    """A mode's handler that uses the manager on every torch call it sees (once at a time)."""
 
     def __init__(self, ws: interop.WorkspaceManager, use: Callable[[], Any]) -> None:
         super().__init__()
         self.ws, self.use, self.busy, self.calls = ws, use, False, 0
 
+    def _handle(self, func: Any, args: Any, kwargs: Any) -> Any:
+        if not self.busy:
+            self.busy = True
+            try:
+                self.use()
+                self.calls += 1
+            finally:
+                self.busy = False
+        return func(*args, **(kwargs or {}))
+
+
+class CallsTheManager(_UsesTheManager, TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        if not self.busy:
-            self.busy = True
-            try:
-                self.use()
-                self.calls += 1
-            finally:
-                self.busy = False
-        return func(*args, **(kwargs or {}))
+        return self._handle(func, args, kwargs)
 
 
-class DispatchCallsTheManager(TorchDispatchMode):
-    def __init__(self, ws: interop.WorkspaceManager, use: Callable[[], Any]) -> None:
-        super().__init__()
-        self.ws, self.use, self.busy, self.calls = ws, use, False, 0
-
+class DispatchCallsTheManager(_UsesTheManager, TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if not self.busy:
-            self.busy = True
-            try:
-                self.use()
-                self.calls += 1
-            finally:
-                self.busy = False
-        return func(*args, **(kwargs or {}))
+        return self._handle(func, args, kwargs)
 
 
 MODES = [CallsTheManager, DispatchCallsTheManager]
