@@ -171,8 +171,8 @@ class Engine:
             requests: the views, in the order of the transition's offsets.
             user_code: what of the caller's code the transition runs (``None``: none), for
                 the error raised when it keeps moving the state.
-            args: the transition's arguments after the state (the miss path passes
-                :func:`functional_ws.fast_paths.fit` its slot index and byte counts).
+            args: the transition's arguments after the state (:meth:`fit_and_carve`'s retry
+                passes :func:`functional_ws.fast_paths.fit` its slot index and byte counts).
 
         Returns:
             ``(views, result, state, generation)``: the carved (shared-base) views, the
@@ -188,14 +188,11 @@ class Engine:
         for attempt in range(MAX_PLANS + 1):
             if attempt < MAX_PLANS:
                 old = self.state
-                try:  # self.plan(transition, old, *args), a call fewer on every miss
-                    new, offsets, result, growth = transition(old, *args)
-                except WorkspaceLockedError as err:
-                    raise worded(err, refused_by=self) from None
+                new, offsets, result, growth = self.plan(transition, old, *args)
                 if growth:
                     spare = {} if spare is None else spare
                     carver = self._install(old, new, growth, index, spare)
-                else:  # _install without growth, written out: bench_workloads' miss rows
+                else:  # installed if the state is still old, or merged over other slots
                     with self._mutex:
                         merged = new if self.state is old else self._merge(old, new, index)
                         if merged is None:
