@@ -166,17 +166,25 @@ def _policy_targets(state: WorkspaceState, index: int) -> Iterable[int]:
 
 
 def _grow(
-    state: WorkspaceState, slots: list[SlotState], targets: Iterable[int], required: int
+    state: WorkspaceState,
+    slots: list[SlotState],
+    targets: Iterable[int],
+    required: int,
+    requester: int | None = None,
 ) -> Growth:
     """Grow each of ``targets`` in ``slots`` (a private copy) to hold ``required`` bytes.
 
     A slot that already holds that much is left alone; a grown slot gets a new buffer, so
-    nothing is retained in it. Refused when locked, or above the capacity limit.
+    nothing is retained in it. Refused when locked, or above the capacity limit. The slot
+    at ``requester``, when given, is the one a request of ``required`` bytes grows: its
+    high-water mark rises to ``required`` (what :func:`_after_acquire` makes of a slot with
+    nothing retained), so the request's slot is built once.
 
     Returns:
         The growth performed.
     """
     growth = []
+    num_lanes = state.num_lanes
     for i in targets:
         old = slots[i]
         if old.capacity >= required:
@@ -185,8 +193,11 @@ def _grow(
             raise WorkspaceLockedError.for_request(state.slot_of(i), required, old.capacity)
         if state.max_capacity is not None and required > state.max_capacity:
             raise CapacityLimitError(state.slot_of(i), required, state.max_capacity)
-        slots[i] = make_slot(required, old.high_water, old.growths + 1, None, old.persistent_keys)
-        growth.append((state.slot_of(i), required))
+        high_water = old.high_water
+        if i == requester and required > high_water:
+            high_water = required
+        slots[i] = make_slot(required, high_water, old.growths + 1, None, old.persistent_keys)
+        growth.append((divmod(i, num_lanes), required))  # state.slot_of(i), without a call
     return tuple(growth)
 
 
@@ -339,8 +350,7 @@ def fit(
         new = state if after is current else with_slot(state, index, after)
         return new, tuple(offsets), total, ()
     grown = list(slots)
-    growth = _grow(state, grown, _policy_targets(state, index), total)
-    grown[index] = _after_acquire(grown[index], total)
+    growth = _grow(state, grown, _policy_targets(state, index), total, requester=index)
     return with_slots(state, tuple(grown)), tuple(offsets), total, growth
 
 

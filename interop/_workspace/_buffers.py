@@ -12,6 +12,7 @@ them, in slot order (``WorkspaceState.slots``'s), and carves views from them
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from typing import Any
 
@@ -31,11 +32,13 @@ class SlotBuffers:
         allocator: provides each buffer (an adaptor stack, ``_allocators.allocator_stack``).
 
     Each slot's buffer and its carver are one record, replaced whole (one assignment: an
-    interruption leaves either the old record or the new one). A new record gets a new
-    :class:`~interop._workspace._carving.Carver`, whose ``generation`` counts the slot's
-    records: views carved from a carver are of the slot's buffer while that carver is the
-    slot's :meth:`current` one (the engine reads it under its lock, carves with no lock
-    held, and checks after).
+    interruption leaves either the old record or the new one). A new buffer gets a new
+    :class:`~interop._workspace._carving.Carver`, whose ``generation`` no other carver of
+    this manager has had: views carved from a carver are of the slot's buffer while that
+    carver is the slot's :meth:`current` one (the engine reads it under its lock, carves
+    with no lock held, and checks after). Every slot without a buffer shares one carver,
+    of generation 0, that serves only empty views (views of no memory, valid whenever
+    they are handed out); a buffer's carvers count from 1.
     """
 
     def __init__(
@@ -44,7 +47,10 @@ class SlotBuffers:
         self.device = device
         self.allocator = allocator
         self._alignment = alignment
-        empty = (None, Carver(None, device))
+        self._generations = itertools.count(1)  # a buffer's carver: the next one
+        #: The carver of every slot without a buffer (generation 0).
+        self.empty = Carver(None, device)
+        empty = (None, self.empty)
         #: Per slot, ``(allocation, carver)``: read ``records[index][1]`` for the carver
         #: where a call costs (the engine's miss path), :meth:`current` elsewhere.
         self.records: list[tuple[Allocation | None, Carver]] = [empty] * count
@@ -71,14 +77,13 @@ class SlotBuffers:
         """The block slot ``index``'s buffer lies in, which the slot no longer holds (the
         caller drops it; the block keeps the buffer's bytes alive, and whatever else holds
         them holds its storage)."""
-        allocation, carver = self.records[index]
-        self.records[index] = (None, Carver(None, self.device, generation=carver.generation + 1))
+        allocation = self.records[index][0]
+        self.records[index] = (None, self.empty)
         return None if allocation is None else allocation.block
 
     def install(self, index: int, allocation: Allocation) -> None:
         """Make ``allocation`` slot ``index``'s buffer."""
-        generation = self.records[index][1].generation + 1
-        carver = Carver(allocation.block, self.device, allocation.start, generation)
+        carver = Carver(allocation.block, self.device, allocation.start, next(self._generations))
         self.records[index] = (allocation, carver)
 
     def allocate(

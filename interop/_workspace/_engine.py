@@ -358,7 +358,7 @@ class Engine:
                         self.buffers.install(i, allocation)  # before the state claims it
                     if error is None:
                         self.state = settled
-                        return self._carver(index)
+                        return _NO_SLOT if index is None else self.buffers.records[index][1]
                     moved = None if current is bare else current
                     self.state = fws.after_failed_growth(old, new, held, current=moved)
             if error is not None:

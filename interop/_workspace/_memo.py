@@ -241,14 +241,16 @@ class Memo(dict[Hashable, Any]):
 
     __slots__ = ("dead", "index", "last", "limit", "old", "seen")
 
-    def __init__(self, index: int = 0, limit: int | None = None) -> None:
-        super().__init__()
+    def __init__(
+        self, index: int = 0, limit: int | None = None, seen: set[int] | None = None
+    ) -> None:
+        # (dict's own __init__ has nothing to do: a Memo starts empty)
         self.index = index
         self.old: dict[Hashable, Any] = {}
         self.last: Any = None
         self.dead = False
         self.limit = max(2, MAX_MEMOISED if limit is None else limit)
-        self.seen: set[int] = set()  # hashes of requests seen once
+        self.seen: set[int] = set() if seen is None else seen  # hashes of requests seen once
 
     def __missing__(self, key: Hashable) -> Any:
         """A lookup of an absent key: the old generation's entry (promoted), or ``None``.
@@ -305,8 +307,8 @@ class Memo(dict[Hashable, Any]):
     def successor(self) -> Memo:
         """A new, empty memo for the same slot once this one's buffer is replaced: it keeps
         what pictures draw (``last``), what was seen once and the limit."""
-        fresh = Memo(self.index, self.limit)
-        fresh.last, fresh.seen = self.last, self.seen
+        fresh = Memo(self.index, self.limit, self.seen)
+        fresh.last = self.last
         return fresh
 
     def entries(self) -> int:
@@ -357,10 +359,12 @@ class Memos:
         Each is replaced even when empty: a call that carved from the old buffer may still
         try to insert its entry there, and finds it dead."""
         ubatch, lane = divmod(index, self.num_lanes)
-        for table in (self.acquired_at, self.retained_at):
-            old = table[ubatch][lane]
-            table[ubatch][lane] = old.successor()
-            old.kill()
+        for row in (self.acquired_at[ubatch], self.retained_at[ubatch]):
+            old = row[lane]
+            row[lane] = old.successor()
+            old.dead = True  # Memo.kill, written out (bench_workloads' growth rows)
+            old.clear()
+            old.old.clear()
 
 
 def _by_slot(memos: list[Memo], num_lanes: int) -> list[list[Memo]]:
