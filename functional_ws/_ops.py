@@ -350,7 +350,8 @@ def fit(
         new = state if after is current else with_slot(state, index, after)
         return new, tuple(offsets), total, ()
     grown = list(slots)
-    growth = _grow(state, grown, _policy_targets(state, index), total, requester=index)
+    targets = (index,) if state.growth == "slot" else _policy_targets(state, index)
+    growth = _grow(state, grown, targets, total, requester=index)
     return with_slots(state, tuple(grown)), tuple(offsets), total, growth
 
 
