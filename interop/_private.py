@@ -52,11 +52,10 @@ which releases it was checked against, what gates it, and what happens without i
   exists. Fallback: "not started" and "none" (every public function that lists backends
   starts them): settings are then applied where they may come too late, and no
   preallocation is reported as done.
-- :func:`storage_use_count` and :func:`is_view_of_block`: how many owners a tensor's
-  storage has (``torch._C._storage_Use_Count`` of ``untyped_storage()._cdata``), and whether
-  a tensor is a view of another (``_base``); checked on torch 2.13. Gate: each exists.
-  Fallback: ``None`` ("unknown"); the caller then assumes the worst (it watches a retired
-  buffer).
+- :func:`held_elsewhere`: whether a retired buffer's storage has owners besides the
+  manager's: ``torch._C._storage_Use_Count`` of ``untyped_storage()._cdata``, and whether
+  the buffer is a slice of a block (``_base``); checked on torch 2.13. Gate: both exist.
+  Fallback: ``True`` ("unknown": the buffer is watched).
 - :func:`version_counter`: a tensor's version counter, which every in-place write bumps
   (through any view of the same memory): ``Tensor._version`` (checked on torch 2.13; the
   counter autograd's "modified by an inplace operation" check reads). Gate: the attribute
@@ -458,35 +457,30 @@ def jax_started_platforms() -> tuple[str, ...]:
 _use_count: Any = getattr(torch._C, "_storage_Use_Count", None)
 
 
-def storage_use_count(tensor: torch.Tensor) -> int | None:
-    """How many owners ``tensor``'s storage has, the storage object made to ask included.
+def held_elsewhere(buffer: torch.Tensor) -> bool:
+    """Whether something besides the manager holds ``buffer``'s storage (a view kept across
+    calls, an array imported from one), once the manager dropped its own references.
 
-    Returns:
-        The count, or ``None`` where torch does not tell.
+    A count of the storage's owners (``torch._C._storage_Use_Count``): ``buffer``, the block
+    it was sliced from (its ``_base``, when the allocator over-allocated to align it) and
+    the storage object made to ask are the manager's own. Only a buffer held elsewhere is
+    watched (the retired buffers' records, ``_workspace/_retired.py``); a buffer nothing
+    holds is freed now, and watching it would cost a weak reference per growth. Where torch
+    tells neither the count nor ``_base``, every retired buffer is watched.
 
     Example:
         >>> import torch
         >>> buffer = torch.empty(8)
-        >>> storage_use_count(buffer) in (2, None)  # the buffer, and the storage asked for
+        >>> held_elsewhere(buffer)
+        False
+        >>> view = buffer[2:]
+        >>> held_elsewhere(buffer)
         True
     """
-    if _use_count is None:
-        return None  # pragma: no cover - depends on the installed torch
-    return int(_use_count(tensor.untyped_storage()._cdata))
-
-
-def is_view_of_block(tensor: torch.Tensor) -> bool | None:
-    """Whether ``tensor`` is a view of another tensor (its ``_base``), ``None`` if unknown.
-
-    Example:
-        >>> import torch
-        >>> block = torch.empty(8)
-        >>> is_view_of_block(block), is_view_of_block(block[2:])
-        (False, True)
-    """
-    if not hasattr(tensor, "_base"):
-        return None  # pragma: no cover - depends on the installed torch
-    return tensor._base is not None
+    if _use_count is None or not hasattr(buffer, "_base"):
+        return True
+    own = 2 if buffer._base is None else 3
+    return int(_use_count(buffer.untyped_storage()._cdata)) > own
 
 
 def version_counter(tensor: torch.Tensor) -> int | None:

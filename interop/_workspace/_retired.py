@@ -160,22 +160,3 @@ def _inside_compiled_function() -> bool:
             return True
         frame = frame.f_back
     return False
-
-
-def held_elsewhere(buffer: torch.Tensor) -> bool:
-    """Whether something besides ``buffer`` itself holds its storage (a view kept across
-    calls, an array imported from one), once the manager dropped its own references.
-
-    A count of the storage's owners: ``buffer``, the block it was sliced from (its
-    ``_base``, when the allocator over-allocated to align it) and the storage object asked
-    for here are the manager's own. Only a buffer held elsewhere is watched
-    (:class:`RetiredBuffers`); a buffer nothing holds is freed now, and watching it would
-    cost a weak reference per growth. Where torch has no such count, every retired buffer
-    is watched.
-    """
-    count = _private.storage_use_count(buffer)
-    sliced = _private.is_view_of_block(buffer)
-    if count is None or sliced is None:
-        return True
-    own = 3 if sliced else 2
-    return count > own
