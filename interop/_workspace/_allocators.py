@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 
+from .. import _private
 from .._diagnostics import caller_origin, debug_enabled, logger
 from .._errors import AllocatorNotCallableError, UnknownAllocatorError
 from ._providers import Allocation, AllocatorFunction, FunctionAllocator, InUse, SlotAllocator
-from ._retired import RetiredBuffer, RetiredBuffers, held_elsewhere
+from ._retired import RetiredBuffers
 
 _MB = 1024 * 1024
 
@@ -28,17 +29,29 @@ AllocatorArg = Literal["torch", "jax"] | AllocatorFunction
 class Adaptor(SlotAllocator):
     """An allocator wrapping another one (``upstream``), as RMM's resource adaptors wrap a
     memory resource: it adds one concern and passes everything else through.
+
+    Attributes:
+        queues: whether this adaptor queues records to report (then its :meth:`report`
+            writes what the stack queued; one that queues nothing passes the call on).
     """
+
+    queues = False
 
     def __init__(self, upstream: SlotAllocator) -> None:
         self.upstream = upstream
         self.name = upstream.name
         self.releases_first = upstream.releases_first
         self.checks_overlap = upstream.checks_overlap
+        #: What the stack's adaptors queued to report, as ``(write, record)`` pairs, in the
+        #: order queued: one list for the whole stack (shared down it), so that the engine
+        #: calls :meth:`report` only when there is something to write.
+        self.pending: list[tuple[Callable[[Any], None], Any]] = (
+            upstream.pending if isinstance(upstream, Adaptor) else []
+        )
         # A method this adaptor does not override is the upstream's own, bound here: a
         # growth walks the stack once per method, and a frame that only passes the call on
         # costs it time (the methods below say what passing on means).
-        for method in _PASSED_ON:
+        for method in _PASSED_ON if not self.queues else ("allocate", "release"):
             if getattr(type(self), method) is getattr(Adaptor, method):
                 setattr(self, method, getattr(upstream, method))
 
@@ -60,6 +73,15 @@ class Adaptor(SlotAllocator):
         self.upstream.release(slot, buffer)
 
     def report(self) -> None:
+        """Write what the stack queued (each record once, whichever thread reports it),
+        then pass the call on."""
+        pending = self.pending
+        while pending:
+            try:
+                write, record = pending.pop(0)
+            except IndexError:  # another thread wrote the last one
+                break
+            write(record)
         self.upstream.report()
 
     def __repr__(self) -> str:
@@ -77,31 +99,23 @@ class RetiredTracking(Adaptor):
         retired: the records (:class:`interop._workspace._retired.RetiredBuffers`).
     """
 
+    queues = True
+
     def __init__(self, upstream: SlotAllocator) -> None:
         super().__init__(upstream)
         self.retired = RetiredBuffers()
-        self._queued: list[RetiredBuffer | None] = []
 
     def release(self, slot: tuple[int, int], buffer: torch.Tensor) -> None:
-        if held_elsewhere(buffer):
-            self._queued.append(self.retired.retire(slot, buffer))
+        if _private.held_elsewhere(buffer):
+            self.pending.append((self.retired.report, self.retired.retire(slot, buffer)))
         self.upstream.release(slot, buffer)
-
-    def report(self) -> None:
-        if self._queued:
-            queued, self._queued = self._queued, []
-            for record in queued:
-                self.retired.report(record)
-        self.upstream.report()
 
 
 class ResizeLog(Adaptor):
     """The debug log of growths (``FUNCTIONAL_WS_DEBUG=1`` or ``VLLM_DEBUG_WORKSPACE=1``),
     in the original's words, naming the caller's ``file:line:function``."""
 
-    def __init__(self, upstream: SlotAllocator) -> None:
-        super().__init__(upstream)
-        self._queued: list[tuple[tuple[int, int], int, int]] = []
+    queues = True
 
     def allocate(
         self,
@@ -116,29 +130,27 @@ class ResizeLog(Adaptor):
         allocation = self.upstream.allocate(
             nbytes, device, alignment, in_use=in_use, slot=slot, previous=previous
         )
-        if slot is not None:  # a growth (not a failed one's old capacity again)
-            self._queued.append((slot, previous, nbytes))
+        # A growth (not a failed one's old capacity again), queued only where the logger
+        # passes INFO on: what would not be logged is not looked up (the switch is read,
+        # and the caller's line found, when it is written).
+        if slot is not None and logger.isEnabledFor(logging.INFO):
+            self.pending.append((self._write, (slot, previous, nbytes)))
         return allocation
 
-    def report(self) -> None:
-        queued = self._queued
-        if queued:
-            self._queued = []
-        # What would not be logged is not looked up: the switch is read, and the caller's
-        # line found (the call is still on the stack), only where the logger passes INFO on.
-        if not (queued and logger.isEnabledFor(logging.INFO) and debug_enabled()):
-            queued = []
-        origin = caller_origin() if queued else ""
-        for slot, before, after in queued:
-            logger.info(
-                "[WORKSPACE DEBUG] Resized workspace from '%s': %.2f MB -> %.2f MB "
-                "(ubatch %d, lane %d)",
-                origin,
-                before / _MB,
-                after / _MB,
-                *slot,
-            )
-        self.upstream.report()
+    @staticmethod
+    def _write(record: tuple[tuple[int, int], int, int]) -> None:
+        """Log one growth, naming the caller's line (the call is still on the stack)."""
+        if not debug_enabled():
+            return
+        slot, before, after = record
+        logger.info(
+            "[WORKSPACE DEBUG] Resized workspace from '%s': %.2f MB -> %.2f MB "
+            "(ubatch %d, lane %d)",
+            caller_origin(),
+            before / _MB,
+            after / _MB,
+            *slot,
+        )
 
 
 def _jax_allocator(device: torch.device) -> SlotAllocator:

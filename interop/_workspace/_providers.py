@@ -142,6 +142,9 @@ class SlotAllocator:
     name: str = "torch"
     releases_first: bool = True
     checks_overlap: bool = False
+    #: What is queued to :meth:`report` (a provider queues nothing; the adaptors share a
+    #: list, ``_allocators.Adaptor.pending``).
+    pending: Sequence[Any] = ()
 
     def allocate(
         self,

@@ -67,16 +67,28 @@ def test_a_method_an_adaptor_does_not_override_is_its_upstreams_own():
 def test_the_adaptors_own_concerns_still_run(monkeypatch, caplog):
     monkeypatch.setenv("FUNCTIONAL_WS_DEBUG", "1")
     stack = allocator_stack("torch", CPU)
-    allocation = stack.allocate(1024, CPU, 256, slot=(0, 0), previous=512)
-    kept = allocation.buffer[:8]  # a view outliving the buffer's release
-    block = allocation.block
-    del allocation
-    stack.release((0, 0), block)
-    del block
-    with caplog.at_level(logging.INFO, logger="interop"):
+    with caplog.at_level(logging.INFO, logger="interop"):  # on for the whole growth
+        allocation = stack.allocate(1024, CPU, 256, slot=(0, 0), previous=512)
+        kept = allocation.buffer[:8]  # a view outliving the buffer's release
+        block = allocation.block
+        del allocation
+        stack.release((0, 0), block)
+        del block
+        assert len(stack.pending) == 2  # what the engine sees before it calls report
         stack.report()
+    assert stack.pending == []
     messages = [record.getMessage() for record in caplog.records]
     assert any("Resized workspace" in m and "0.00 MB" in m for m in messages)  # the log
     assert any("still pinned" in m for m in messages)  # retired-buffer tracking
     assert [r.slot for r in stack.retired.pinned()] == [(0, 0)]
     del kept
+
+
+def test_nothing_is_queued_for_a_growth_the_log_would_not_write_and_nothing_pins():
+    # The engine calls report only when something is queued (count_growth_calls' budget).
+    stack = allocator_stack("torch", CPU)
+    allocation = stack.allocate(1024, CPU, 256, slot=(0, 0), previous=512)
+    block = allocation.block
+    del allocation
+    stack.release((0, 0), block)
+    assert stack.pending == [] and SlotAllocator().pending == ()
