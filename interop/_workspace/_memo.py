@@ -236,7 +236,8 @@ class Memo(dict[Hashable, Any]):
         index: the slot's position in ``WorkspaceState.slots``.
         old: the previous generation.
         last: the plan of the slot's last request (what pictures draw).
-        dead: set when the slot's buffer was replaced: no entry here may be used any more.
+        dead: set when the slot's buffer was replaced (:meth:`Memos.retire`, which empties
+            it): no entry here may be used any more.
     """
 
     __slots__ = ("dead", "index", "last", "limit", "old", "seen")
@@ -298,19 +299,6 @@ class Memo(dict[Hashable, Any]):
         with contextlib.suppress(TypeError):  # unhashable: served, not memoised
             self[key] = entry
 
-    def kill(self) -> None:
-        """Mark this memo ``dead`` and drop its entries (their views pin the old buffer)."""
-        self.dead = True
-        self.clear()
-        self.old.clear()
-
-    def successor(self) -> Memo:
-        """A new, empty memo for the same slot once this one's buffer is replaced: it keeps
-        what pictures draw (``last``), what was seen once and the limit."""
-        fresh = Memo(self.index, self.limit, self.seen)
-        fresh.last = self.last
-        return fresh
-
     def entries(self) -> int:
         """How many requests are memoised, over both generations."""
         return len(self) + len(self.old)
@@ -361,8 +349,10 @@ class Memos:
         ubatch, lane = divmod(index, self.num_lanes)
         for row in (self.acquired_at[ubatch], self.retained_at[ubatch]):
             old = row[lane]
-            row[lane] = old.successor()
-            old.dead = True  # Memo.kill, written out (bench_workloads' growth rows)
+            fresh = Memo(old.index, old.limit, old.seen)  # a successor: the same slot
+            fresh.last = old.last
+            row[lane] = fresh
+            old.dead = True  # then emptied: its views pin the old buffer
             old.clear()
             old.old.clear()
 

@@ -272,13 +272,15 @@ def test_retiring_a_slot_replaces_both_its_memos_even_empty():
     assert memos.acquired[2] is memos.acquired_at[1][0] and not memos.acquired[2].dead
 
 
-def test_a_successor_is_an_empty_memo_of_the_same_slot_that_keeps_its_limit():
-    memo = Memo(5, limit=4)
+def test_a_retired_memos_successor_is_an_empty_memo_of_the_same_slot_that_keeps_its_limit():
+    memos = Memos(count=6, num_lanes=1)
+    memo = memos.acquired_at[5][0] = Memo(5, limit=4)
     memo.remember("a", 1)
     memo.remember("b", 2)
     memo.remember("c", 3)  # two generations of two: "a" and "b" went to the old one
     memo.last, memo.seen = "plan", {7}
-    fresh = memo.successor()
+    memos.retire(5)
+    fresh = memos.acquired_at[5][0]
     assert type(fresh) is Memo and fresh.index == 5 and fresh.limit == 4
     assert fresh.entries() == 0 and not fresh.old and not fresh.dead
     assert fresh.last == "plan" and fresh.seen is memo.seen
@@ -286,4 +288,4 @@ def test_a_successor_is_an_empty_memo_of_the_same_slot_that_keeps_its_limit():
     for key in "wxyz":
         fresh.remember(key, key)
     assert fresh.entries() == 4 and len(fresh) == 2  # bounded as its predecessor was
-    assert memo.entries() == 3  # the predecessor is left to the caller (retire kills it)
+    assert memo.dead and memo.entries() == 0  # the predecessor is emptied
