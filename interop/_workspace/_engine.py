@@ -308,8 +308,9 @@ class Engine:
                 return self._grow(old, new, growth, index, spare)
             # Buffers in hand (a callable's, or spares): swapped in under the mutex.
             return self._grow_allocating_first(old, new, growth, index, spare)
-        finally:
-            self.buffers.allocator.report()  # logging runs handlers: never under the mutex
+        finally:  # logging runs handlers: never under the mutex
+            if self.buffers.allocator.pending:
+                self.buffers.allocator.report()
 
     def _merge(
         self, old: WorkspaceState, new: WorkspaceState, index: int | None
@@ -336,9 +337,10 @@ class Engine:
         buffers, empty the accelerator cache, then allocate inside ``alloc_context()``
         (steps 2 to 4 of the module's docstring)."""
         slots, indices, blocks = [], [], []
-        for slot, _ in growth:
+        lanes = old.num_lanes
+        for slot, _ in growth:  # the core's slots: valid pairs
             slots.append(slot)
-            indices.append(old.index(slot))
+            indices.append(slot[0] * lanes + slot[1])  # old.index(slot), without a call
         bare = fws.after_failed_growth(old, new, dict.fromkeys(slots, 0))
         with self._mutex:
             if self.state is not old:
@@ -351,8 +353,8 @@ class Engine:
         held, allocations, error = self._allocate(old, growth, indices, spare)
         try:
             with self._mutex:
-                current = self.state
-                settled = fws.rebase(bare, new, current)  # over what other calls did meanwhile
+                current = self.state  # over what other calls did meanwhile, if any:
+                settled = new if current is bare else fws.rebase(bare, new, current)
                 if settled is not None:  # (None: another growth settled these slots)
                     for i, allocation in allocations.items():
                         self.buffers.install(i, allocation)  # before the state claims it

@@ -288,7 +288,7 @@ class WorkspaceManager:
             # rows): planned from its byte counts, carved, nothing kept.
             views = self._engine.fit_and_carve(memo.index, nbytes, shapes_and_dtypes)
             if memo.dead:  # this call grew the slot: its memo was replaced
-                memo = self._memos.acquired_memo(memo.index)
+                memo = self._acquired_at[ubatch][lane]
             memo.last = ((ubatch, lane), shapes_and_dtypes)  # what the pictures draw
             if len(views) == 1:  # fresh(), unrolled
                 return [views[0].view(shapes_and_dtypes[0][1])]
