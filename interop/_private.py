@@ -2,7 +2,10 @@
 
 Every use of another framework's internals (``torch._dynamo...``, ``jax._src...``) that
 this package makes lives here, so that a framework upgrade breaks one room. Each hook says
-which releases it was checked against, what gates it, and what happens without it.
+which releases it was checked against, what gates it, and what happens without it. The
+bridge's tests and these hooks' also run on the newest releases (torch 2.15.0 and jax
+0.12.0.1, on Python 3.12: ``make test-newest-jax NEWEST_TORCH=2.15.0``), where the DLPack,
+storage-count and constant-result hooks take their private paths (checked).
 
 - :func:`dynamo_skips_jax`: Dynamo runs JAX's Python code eagerly instead of tracing it.
   Private: ``torch._dynamo.trace_rules.add`` (torch 2.2 to 2.13, checked on 2.13), the rule
@@ -12,9 +15,9 @@ which releases it was checked against, what gates it, and what happens without i
   function wrapped with :func:`interop.jax_call`.
 - :func:`constant_result`: ``torch.compiler.assume_constant_result`` without importing
   Dynamo. The public function imports ``torch._dynamo`` (over a second) only to set one
-  attribute, ``_dynamo_marked_constant`` (torch 2.1 to 2.13, checked on 2.13), that Dynamo
-  reads when it traces a call. Gate: torch older than 2.14, the releases checked. Fallback:
-  the public function itself.
+  attribute, ``_dynamo_marked_constant`` (torch 2.1 to 2.15, checked on 2.13 and 2.15), that
+  Dynamo reads when it traces a call. Gate: torch older than 2.16, the releases checked.
+  Fallback: the public function itself.
 - :func:`dynamo_runs_eagerly`: what ``torch.compiler.disable`` does to a function, in place,
   without its wrapper. Private: the function attributes ``_torchdynamo_disable`` and
   ``_torchdynamo_disable_msg`` that Dynamo reads (checked on torch 2.13), and
@@ -111,8 +114,8 @@ import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 
 _F = TypeVar("_F", bound=Callable[..., Any])
-#: The torch releases whose Dynamo reads ``_dynamo_marked_constant`` (checked: 2.13).
-_MARKED_CONSTANT_RELEASES = ((2, 1), (2, 14))
+#: The torch releases whose Dynamo reads ``_dynamo_marked_constant`` (checked: 2.13, 2.15).
+_MARKED_CONSTANT_RELEASES = ((2, 1), (2, 16))
 
 #: The modules Dynamo must not trace: JAX's Python code (``jax``) and jaxlib's.
 JAX_MODULES = ("jax", "jaxlib")
