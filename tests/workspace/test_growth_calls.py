@@ -7,7 +7,6 @@ the engine's one growth routine."""
 from __future__ import annotations
 
 import pytest
-
 from support.helpers import load_benchmark
 
 counter = load_benchmark("count_growth_calls")
@@ -17,7 +16,7 @@ counter = load_benchmark("count_growth_calls")
     "case", ["get_simultaneous, first sighting", "get_simultaneous, after two sightings"]
 )
 def test_a_get_simultaneous_growth_stays_within_the_call_budget(case):
-    calls, per_module, order = counter.count_calls(counter.growths()[case])
+    calls, _, order = counter.count_calls(counter.growths()[case])
     assert calls <= counter.MAX_CALLS, "\n".join(order)
     assert "interop/_workspace/_engine:_grow" in order  # it did grow
     assert order.count("interop/_workspace/_providers:allocate") == 1  # once
