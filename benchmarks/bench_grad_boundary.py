@@ -4,6 +4,13 @@ side in one run.
 
     JAX_PLATFORMS=cpu python benchmarks/bench_grad_boundary.py            # full (minutes)
     JAX_PLATFORMS=cpu python benchmarks/bench_grad_boundary.py --quick    # seconds
+    JAX_PLATFORMS=cpu python benchmarks/bench_grad_boundary.py --sync-dispatch
+
+``--sync-dispatch`` turns JAX's asynchronous CPU dispatch off for the whole run
+(``jax.config.update("jax_cpu_enable_async_dispatch", False)``, which JAX reads once, when
+its CPU backend starts): every candidate then computes on the calling thread. Handing a
+result to torch waits for it, so with dispatch asynchronous each crossing waits for XLA's
+worker thread; pure JAX waits once per step.
 
 Forward + backward of ``tanh(x @ w)``, both inputs requiring grad, from a dense cotangent,
 one thread each (``torch.set_num_threads(1)``; XLA's CPU client runs the small matmuls
@@ -48,6 +55,7 @@ import torch
 from _timing import Sampler, best_ratio, run_rounds, statement_sampler
 
 import interop
+from interop import _private
 from interop._bridge import _autograd
 
 #: (case, rows of x, features): x is (rows, features), w is (features, features).
@@ -193,11 +201,23 @@ def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, float]]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="5 rounds of 2 calls")
     parser.add_argument("--calls", type=int, default=None, help="default: ~5 ms batches")
+    parser.add_argument(
+        "--sync-dispatch",
+        action="store_true",
+        help="JAX's CPU dispatch synchronous (jax_cpu_enable_async_dispatch=False)",
+    )
     args = parser.parse_args(argv)
+    if args.sync_dispatch:
+        if _private.jax_backends_started():
+            raise SystemExit("--sync-dispatch: JAX's CPU backend started already")
+        jax.config.update("jax_cpu_enable_async_dispatch", False)  # type: ignore[no-untyped-call]
     results = run(quick=args.quick, calls=args.calls)
+    asynchronous = jax.config.values.get("jax_cpu_enable_async_dispatch", True)
+    dispatch = "asynchronous" if asynchronous else "synchronous"
     print(
         f"the boundary's cost, cpu, one thread, jax {jax.__version__}, torch "
-        f"{torch.__version__}{' (quick)' if args.quick else ''}; best of interleaved rounds"
+        f"{torch.__version__}{' (quick)' if args.quick else ''}; JAX's CPU dispatch "
+        f"{dispatch}; best of interleaved rounds"
     )
     for line in report(results):
         print(line)

@@ -4,7 +4,13 @@ benchmark's to report."""
 
 from __future__ import annotations
 
-from support.helpers import load_benchmark
+import os
+import subprocess
+import sys
+
+import jax.numpy as jnp
+import pytest
+from support.helpers import BENCHMARKS, load_benchmark
 
 
 def test_quick_run_measures_every_candidate_and_gives_a_verdict(capsys):
@@ -20,3 +26,19 @@ def test_quick_run_measures_every_candidate_and_gives_a_verdict(capsys):
         assert {bench.JAX_VMAP, bench.OURS_VMAP, bench.TORCH_VMAP, "ratio"} == set(results[name])
     assert all(best["ratio"] > 0 for best in results.values())
     assert out.count("ours / JAX's:") == len(results)
+
+
+def test_sync_dispatch_is_set_before_jax_starts_and_refused_after():
+    jnp.zeros(1).block_until_ready()  # this process's JAX has started: too late here
+    bench = load_benchmark("bench_grad_boundary")
+    with pytest.raises(SystemExit, match="started already"):
+        bench.main(["--quick", "--sync-dispatch"])
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "bench_grad_boundary.py"), "--quick", "--sync-dispatch"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=dict(os.environ, JAX_PLATFORMS="cpu"),
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "JAX's CPU dispatch synchronous" in done.stdout
