@@ -245,7 +245,7 @@ class Memo(dict[Hashable, Any]):
     def __init__(
         self, index: int = 0, limit: int | None = None, seen: set[int] | None = None
     ) -> None:
-        # (dict's own __init__ has nothing to do: a Memo starts empty)
+        super().__init__()
         self.index = index
         self.old: dict[Hashable, Any] = {}
         self.last: Any = None
