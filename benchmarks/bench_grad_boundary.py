@@ -22,7 +22,9 @@ inline):
 - pure torch: the layer written in torch;
 - ``jax_call`` through torch's public ``autograd.Function.apply``, which binds
   ``forward``'s signature with ``inspect`` on every call: what the bridge's direct call of
-  the C ``apply`` saves (``_private.autograd_function_apply``).
+  the C ``apply`` saves (``_private.autograd_function_apply``);
+- a bare bridge (:class:`BareBridge`): an ``autograd.Function`` around the same two jitted
+  functions as pure JAX, with none of ``jax_call``'s checks: the floor of the design.
 
 Targets: ``jax_call`` at most 3x pure JAX on the small case (x 8x16, w 16x16) and 1.3x on
 the medium one (x 128x256, w 256x256).
@@ -72,6 +74,8 @@ PURE, OURS, TORCH = "pure JAX", "interop.jax_call", "pure torch"
 #: ``jax_call`` through torch's public ``Function.apply`` (``inspect.signature`` per call):
 #: the row that shows ``_private.autograd_function_apply`` pays.
 PUBLIC_APPLY = "interop.jax_call, public apply"
+#: :class:`BareBridge`: what a bridge costs before any of ``jax_call``'s own work.
+BARE = "bare autograd.Function bridge"
 JAX_VMAP, OURS_VMAP, TORCH_VMAP = (
     "jax.vmap(jax.grad)",
     "torch.func.vmap(grad) via jax_call",
@@ -93,6 +97,27 @@ def _tensors(rows: int, features: int) -> dict[str, torch.Tensor]:
     return {"w": w, "x": x, "ct": target}
 
 
+class BareBridge(torch.autograd.Function):
+    """The floor of any bridge built on an ``autograd.Function``: the forward hands the
+    tensors to a jitted ``jax.vjp`` and the result back, the backward hands the cotangent
+    to the jitted pullback and the gradients back; none of ``jax_call``'s checks, plans
+    or transforms."""
+
+    @staticmethod
+    def forward(ctx: Any, w: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        out, ctx.pullback = _BARE_FORWARD(interop.to_jax(w.detach()), interop.to_jax(x.detach()))
+        return interop.to_torch(out)
+
+    @staticmethod
+    def backward(ctx: Any, ct: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        grad_w, grad_x = _BARE_BACKWARD(ctx.pullback, interop.to_jax(ct.contiguous()))
+        return interop.to_torch(grad_w), interop.to_torch(grad_x)
+
+
+_BARE_FORWARD = jax.jit(lambda w, x: jax.vjp(layer, w, x))
+_BARE_BACKWARD = jax.jit(lambda pullback, ct: pullback(ct))
+
+
 def step_case(rows: int, features: int, calls: int | None) -> dict[str, Sampler]:
     """Per candidate, a sampler of one forward + backward (µs per call)."""
     t = _tensors(rows, features)
@@ -104,6 +129,7 @@ def step_case(rows: int, features: int, calls: int | None) -> dict[str, Sampler]
         "w": w, "x": x, "ct": ct, "wj": wj, "xj": xj, "ctj": ctj, "jax": jax, "torch": torch,
         "forward": forward, "backward": backward, "ours": interop.jax_call(layer),
         "bridge": _autograd, "fast": _autograd._apply, "public": _autograd.JaxFunction.apply,
+        "bare": BareBridge.apply,
     }  # fmt: skip
     statements = {
         PURE: "out, pullback = forward(wj, xj); jax.block_until_ready(backward(pullback, ctj))",
@@ -113,6 +139,7 @@ def step_case(rows: int, features: int, calls: int | None) -> dict[str, Sampler]
             "w.grad = x.grad = None; bridge._apply = public\n"
             "try:\n    ours(w, x).backward(ct)\nfinally:\n    bridge._apply = fast"
         ),
+        BARE: "w.grad = x.grad = None; bare(w, x).backward(ct)",
     }
     for statement in statements.values():  # compile every jit, warm every cache
         exec(statement, dict(names))

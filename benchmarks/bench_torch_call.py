@@ -17,7 +17,10 @@ the crossing, not torch's arithmetic; ``--fn "x * 2 + 1"`` for two kernels), cal
 - ``jax.pure_callback``: the torch function behind JAX's own callback, written as well as it
   can be (the host array aliased with ``torch.from_dlpack``, the result handed back as a
   NumPy view; JAX copies it in);
-- ``interop.torch_call`` forced onto its ``pure_callback`` fallback (what older jax gets).
+- ``interop.torch_call`` forced onto its ``pure_callback`` fallback (what older jax gets);
+- a bare ``buffer_callback`` (where jax has it) that imports XLA's buffers into torch, calls
+  the function and copies its result into the output buffer, with none of ``torch_call``'s
+  checks: the floor of the buffer path, against which its checks are measured.
 
 Each round times a batch of calls of every candidate, in an order shuffled round to round
 (seeded), and the figure is the best round. Not ``_timing.run_rounds``' rotation: after
@@ -49,6 +52,7 @@ import torch
 from _timing import Sampler, Samples, statement_sampler
 
 import interop
+from interop import _private
 from interop._bridge import _torch_callback
 
 #: case -> float32 elements.
@@ -58,6 +62,8 @@ PIPELINED = "pure JAX, 8 queued per wait"
 #: Calls per statement of the pipelined candidate (its figure is per call).
 QUEUED = 8
 CALLBACK, FALLBACK = "jax.pure_callback", "torch_call, pure_callback fallback"
+#: The floor of the buffer path (where jax has ``buffer_callback``): no checks at all.
+BARE = "bare buffer_callback, no checks"
 #: (numerator, denominator, case, target): each ratio the benchmark checks; the floor is
 #: the lower of the two pure-JAX figures.
 FLOOR = "pure JAX (the lower)"
@@ -100,6 +106,18 @@ def _fallback(
     return call
 
 
+def _bare(fn: Callable[[Any], Any], spec: jax.ShapeDtypeStruct) -> Callable[[jax.Array], Any]:
+    """``fn`` in a jitted ``buffer_callback`` with none of ``torch_call``'s checks: the
+    DLPack imports, ``fn``, and one ``copy_`` into XLA's buffer (the floor of any callback
+    that hands torch XLA's buffers; the DLPack imports are ``torch_call``'s own)."""
+    from_capsule = _private.torch_capsules()[1]
+
+    def body(ctx: Any, out: Any, x: Any) -> None:
+        from_capsule(out[0].__dlpack__()).copy_(fn(from_capsule(x.__dlpack__())))
+
+    return jax.jit(lambda x: _torch_callback.call_buffers(body, (spec,), None)(x)[0])
+
+
 def case(size: int, calls: int | None, fn: Callable[[Any], Any] = add_one) -> dict[str, Sampler]:
     """Per candidate, a sampler of one call of ``fn`` (µs)."""
     x = jnp.linspace(-1, 1, size, dtype=jnp.float32)
@@ -114,6 +132,8 @@ def case(size: int, calls: int | None, fn: Callable[[Any], Any] = add_one) -> di
         "callback": jax.jit(lambda x: jax.pure_callback(_host(fn), spec, x)),
         "fallback": _fallback(fn, spec, x),
     }
+    if _torch_callback.BUFFERS_AVAILABLE:
+        names["bare"] = _bare(fn, spec)
     statements = {
         PURE: "jax.block_until_ready(pure(x))",
         PIPELINED: "\n".join(["y = pure(x)"] * QUEUED + ["jax.block_until_ready(y)"]),
@@ -122,6 +142,8 @@ def case(size: int, calls: int | None, fn: Callable[[Any], Any] = add_one) -> di
         CALLBACK: "jax.block_until_ready(callback(x))",
         FALLBACK: "jax.block_until_ready(fallback(x))",
     }
+    if "bare" in names:
+        statements[BARE] = "jax.block_until_ready(bare(x))"
     expected = fn(np.asarray(x))
     for statement in statements.values():  # compile every jit; check every answer
         scope = dict(names)

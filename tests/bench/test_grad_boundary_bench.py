@@ -19,9 +19,14 @@ def test_quick_run_measures_every_candidate_and_gives_a_verdict(capsys):
     out = capsys.readouterr().out
     assert set(results) == {*bench.SIZES, *bench.PER_SAMPLE}
     for name in bench.SIZES:
-        assert {bench.PURE, bench.OURS, bench.TORCH, bench.PUBLIC_APPLY, "ratio"} == set(
-            results[name]
-        )
+        assert {
+            bench.PURE,
+            bench.OURS,
+            bench.TORCH,
+            bench.PUBLIC_APPLY,
+            bench.BARE,
+            "ratio",
+        } == set(results[name])
     for name in bench.PER_SAMPLE:
         assert {bench.JAX_VMAP, bench.OURS_VMAP, bench.TORCH_VMAP, "ratio"} == set(results[name])
     assert all(best["ratio"] > 0 for best in results.values())

@@ -18,6 +18,8 @@ def test_quick_run_measures_every_candidate_and_prints_the_targets(capsys):
     assert set(results) == set(bench.SIZES)
     candidates = {bench.PURE, bench.PIPELINED, bench.FLOOR, bench.OURS, bench.INSIDE}
     candidates |= {bench.CALLBACK, bench.FALLBACK}
+    if bench._torch_callback.BUFFERS_AVAILABLE:
+        candidates.add(bench.BARE)
     for best in results.values():
         assert set(best) == candidates and all(us > 0 for us in best.values())
     for numerator, denominator, name, target in bench.TARGETS:
