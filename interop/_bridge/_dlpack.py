@@ -66,6 +66,7 @@ from .._errors import (
     ZeroCopyError,
 )
 from .._locks import renew_after_fork
+from . import _exit
 
 # The private entry points, version-gated, looked up once (``_private.py``).
 _JAXLIB = _private.jaxlib_dlpack()
@@ -136,6 +137,7 @@ def device_target(device: torch.device) -> Target:
 
 
 def _cache_target(key: tuple[str, int]) -> Target:
+    _exit.register()  # the first handoff to a device: exit waits for XLA's releases
     with _targets_lock:
         target = _targets.get(key) or _lookup_target(*key)
         _targets[key] = target
