@@ -17,9 +17,9 @@ lets go of the GIL until no thread that Python did not start holds a Python thre
 those are exactly the threads inside such a release (CPython makes a thread state for them
 when they ask for the GIL and drops it when they are done), or until ``DEADLINE_S``.
 
-What it does not cover: an execution still *running* at exit whose results the script
-dropped (its release comes later than any wait can know of). Keep a result, or call
-``jax.block_until_ready`` on it, before the script ends.
+What it does not cover: an execution still *running* at exit (its release comes later
+than any wait can know of). ``jax.block_until_ready`` the results of the last step before
+the script ends (``jax_call`` returns only finished results).
 """
 
 from __future__ import annotations
