@@ -44,11 +44,17 @@ class SlowToFree:
         time.sleep(0.3)
         print("released", flush=True)
 
+@jax.jit
+def long(v):  # long enough to run on XLA's thread (newer XLA runs small ones inline)
+    m = v.reshape(64, 64)
+    big = jnp.tile(m, (4, 4))
+    for _ in range(8):
+        big = jnp.tanh(big @ big)
+    return big.sum() + m.sum()
+
 tensor = torch.from_dlpack(np.asarray(SlowToFree()))
-out = jax.jit(lambda v: jnp.tanh(v.reshape(64, 64) @ v.reshape(64, 64)).sum())(
-    interop.to_jax(tensor)
-)
-del tensor  # the execution is now the tensor's last owner
+out = long(interop.to_jax(tensor))
+del tensor  # the execution, still running, is now the tensor's last owner
 out.block_until_ready()
 assert releasing.wait(60), "XLA never released the tensor"
 print("exiting", flush=True)
