@@ -204,7 +204,9 @@ def flat_specs(promised: Any, name: str) -> tuple[list[jax.ShapeDtypeStruct], An
 
 
 def _floating(dtype: Any) -> bool:
-    return bool(np.issubdtype(dtype, np.inexact))
+    # JAX's issubdtype: NumPy's says no for bfloat16 and float8 (ml_dtypes' kind "V"),
+    # whose gradients were then silently zero.
+    return bool(jax.dtypes.issubdtype(dtype, jax.numpy.inexact))
 
 
 def _differentiable(

@@ -97,6 +97,35 @@ def test_gradients_in_float64_are_exact_to_float64():
 
 
 @pytest.mark.usefixtures("path")
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16], ids=["bfloat16", "float16"])
+def test_half_precision_gradients_equal_pure_jax(dtype):
+    """bfloat16 is no NumPy floating type (ml_dtypes' kind "V"): its gradients were zero."""
+
+    def loss(layer):
+        return lambda x, params: jnp.sum(layer(x, params).astype(jnp.float32) ** 2)
+
+    layer = interop.torch_call(torch_mlp, lambda x, p: spec((x.shape[0], 4), x.dtype))
+    x, params = _x(dtype), _params(dtype)
+    got = jax.jit(jax.grad(loss(layer), argnums=(0, 1)))(x, params)
+    expected = jax.grad(loss(jax_mlp), argnums=(0, 1))(x, params)
+    assert got[0].dtype == dtype and bool(jnp.any(got[0] != 0))
+    _close(
+        jax.tree.map(lambda a: a.astype(jnp.float32), got),
+        jax.tree.map(lambda a: a.astype(jnp.float32), expected),
+        rtol=0.05,
+        atol=0.05,
+    )
+
+
+@pytest.mark.usefixtures("path")
+def test_a_half_precision_result_of_a_float32_input_is_differentiated():
+    half = interop.torch_call(lambda t: (t * 3).bfloat16(), lambda t: spec(t.shape, jnp.bfloat16))
+    x = jnp.linspace(-2.0, 2.0, 4)
+    got = jax.grad(lambda v: half(v).astype(jnp.float32).sum())(x)
+    np.testing.assert_array_equal(np.asarray(got), np.full(4, 3.0, np.float32))
+
+
+@pytest.mark.usefixtures("path")
 def test_complex_gradients_follow_jaxs_convention():
     def fn(z, w):
         return z * z * w
