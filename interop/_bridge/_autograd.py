@@ -396,16 +396,18 @@ def call_differentiably(
         else:
             kinds.append(_vjp.STATIC)
             statics.append(leaf)
-    key = (treedef, tuple(kinds), tuple(statics))
+    signature = (treedef, tuple(kinds), tuple(statics))
+    key = (treedef, signature[1], _vjp.static_key(statics))  # 1, 1.0, True: three plans
     plans = function.plans
     try:
         plan = plans.get(key)
     except TypeError:  # an unhashable static leaf: a plan for this call alone, eager
-        plan = _vjp.Plan(function, _vjp.Signature(*key), jitted=False)
+        plan = _vjp.Plan(function, _vjp.Signature(*signature), jitted=False)
     if plan is None:
         if len(plans) >= MAX_PLANS:
             del plans[next(iter(plans))]
-        plan = plans[key] = _vjp.Plan(function, _vjp.Signature(*key), jitted=function.jitted)
+        plan = _vjp.Plan(function, _vjp.Signature(*signature), jitted=function.jitted)
+        plans[key] = plan
     n_diff = len(diff)
     slots_of_tensors = tuple(s + n_diff if s >= 0 else -1 for s in slots)
     call = Call(plan, n_diff, arrays, slots_of_tensors, wrapper=function.live())

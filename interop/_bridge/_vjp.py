@@ -46,6 +46,24 @@ GIVEN, ZERO, FLOAT0 = 0, 1, 2
 ARRAY_TYPES = (jax.Array, np.ndarray, np.generic)
 
 
+def static_key(statics: Sequence[Any]) -> tuple[Any, ...]:
+    """The plan cache's key for a call's static leaves: exact where ``==`` is not.
+
+    ``1 == 1.0 == True`` and ``0.0 == -0.0``, but a function may answer each differently
+    (``x[True]`` adds an axis, ``copysign(1.0, -0.0)`` is -1): each leaf is keyed with its
+    type, and a float or complex by its ``repr`` (the sign of zero, and NaN, kept).
+
+    Example:
+        >>> len(set(static_key((v,)) for v in (1, 1.0, True))), static_key((0.0, -0.0))
+        (3, ((<class 'float'>, '0.0'), (<class 'float'>, '-0.0')))
+    """
+    if not statics:
+        return ()
+    return tuple(
+        [(type(v), repr(v)) if isinstance(v, (float, complex)) else (type(v), v) for v in statics]
+    )
+
+
 @dataclasses.dataclass(frozen=True)
 class Signature:
     """How one call's leaves become the function's arguments.

@@ -84,6 +84,27 @@ def test_static_arguments_are_part_of_the_key():
     assert got == [[2.0, 2.0], [3.0, 3.0], [2.0, 2.0]]
 
 
+@pytest.mark.parametrize("wrap", [lambda f: f, jax.jit], ids=["eager", "jit"])
+def test_static_arguments_equal_but_not_alike_get_their_own_plans(wrap):
+    """1, 1.0 and True are equal, and so are 0.0 and -0.0; a function may tell them apart,
+    and a differentiated call must answer as the undifferentiated one does."""
+    index = interop.jax_call(lambda x, i: x[i])
+    x = torch.arange(6.0).reshape(2, 3)
+    leaf = x.clone().requires_grad_()
+    assert index(leaf, 1).shape == (3,)
+    assert index(leaf, True).shape == index(x, True).shape == (1, 2, 3)
+
+    sign = interop.jax_call(wrap(lambda x, s: x * jnp.copysign(1.0, s)))
+    y = torch.ones(3, requires_grad=True)
+    assert sign(y, 0.0).tolist() == [1.0, 1.0, 1.0]
+    assert sign(y, -0.0).tolist() == [-1.0, -1.0, -1.0]
+
+    scale = interop.jax_call(lambda x, n, s: (x * s, n * s))
+    n = torch.tensor([3], dtype=torch.int32)
+    assert scale(y, n, 1)[1].dtype == torch.int32
+    assert scale(y, n, 1.0)[1].dtype == torch.float32
+
+
 def test_distinct_closures_of_one_code_are_distinct_functions():
     v = torch.ones(2, requires_grad=True)
     results = [interop.jax_call(jax.jit(lambda x, k=k: x * k))(v).tolist() for k in (1.0, 2.0)]
