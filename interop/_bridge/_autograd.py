@@ -104,15 +104,17 @@ def _input_array(call: Call, tensors: Sequence[torch.Tensor], index: int) -> Any
 
 
 def _as_input(out: torch.Tensor, tensors: Sequence[torch.Tensor]) -> torch.Tensor:
-    """``out``, or the input it aliases (an eager function returning an argument as is):
-    torch then tracks it as that input, version counter included."""
+    """``out``, or a view of the input it aliases (an eager function returning an argument
+    as is): torch then tracks it as a view of that input, version counter included. A view,
+    not the input itself: torch refuses to save an input returned as is for the backward
+    (``setup_context`` saves the inputs)."""
     if not out.numel():
         return out
     pointer = out.data_ptr()
     for tensor in tensors:
         if tensor.data_ptr() == pointer:
             same = tensor.shape == out.shape and tensor.stride() == out.stride()
-            return tensor if same and tensor.dtype == out.dtype else out.clone()
+            return tensor.view_as(tensor) if same and tensor.dtype == out.dtype else out.clone()
     return out
 
 

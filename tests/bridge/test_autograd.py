@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+import interop
 from interop._bridge import _autograd, _exchange
 
 
@@ -44,9 +45,29 @@ def test_a_layout_jax_cannot_alias_is_made_dense():
     assert _exchange.cotangent_to_jax(grad).tolist() == [0.0, 2.0, 4.0, 6.0]
 
 
-def test_a_result_over_an_input_is_that_input():
+def test_a_result_over_an_input_is_a_view_of_that_input():
     x, other = torch.ones(4), torch.zeros(4)
-    assert _autograd._as_input(x.view(4), [other, x]) is x
+    got = _autograd._as_input(x.view(4), [other, x])
+    assert got._base is x and got.data_ptr() == x.data_ptr()
+    x.add_(1)  # one version counter: torch sees writes through either
+    assert got._version == x._version
     reshaped = _autograd._as_input(x.view(2, 2), [x])  # same bytes, another shape: a copy
     assert reshaped is not x and reshaped.data_ptr() != x.data_ptr()
     assert _autograd._as_input(other * 1, [x]).data_ptr() != x.data_ptr()
+
+
+@pytest.mark.parametrize("n_args", [1, 2])
+def test_an_eager_function_may_return_a_differentiated_input_as_is(n_args):
+    """torch refuses to save for the backward an input a Function returned as is."""
+    if n_args == 1:
+        call, args = interop.jax_call(lambda v: v), (torch.ones(4, requires_grad=True),)
+    else:
+        call = interop.jax_call(lambda v, w: (w, v * 2))
+        args = (torch.ones(4, requires_grad=True), torch.ones(4, requires_grad=True))
+    out = call(*args)
+    first = out if n_args == 1 else out[0]
+    assert first.data_ptr() == args[-1].data_ptr()  # still an alias: no copy
+    (first.sum() * 3 + (0 if n_args == 1 else out[1].sum())).backward()
+    assert args[-1].grad.tolist() == [3.0] * 4
+    if n_args == 2:
+        assert args[0].grad.tolist() == [2.0] * 4
