@@ -317,9 +317,10 @@ def torch_call(
     but starting a JAX computation does not: ``jax_call`` and ``torch_call`` functions raise
     :class:`~interop.errors.NestedCallError` there.
 
-    Errors inside ``fn`` (its own, and the checks above): called outside ``jit``, the
-    original exception is raised, with ``fn``'s frames in its traceback. Inside a caller's
-    ``jit`` (and in a backward) JAX reports it as it reports any callback failure: a
+    Errors inside ``fn`` (its own, the checks above, and ``KeyboardInterrupt`` or
+    ``SystemExit``): called outside ``jit``, the original exception is raised, with
+    ``fn``'s frames in its traceback. Inside a caller's ``jit`` (and in a backward) JAX
+    reports it as it reports any callback failure: a
     ``jax.errors.JaxRuntimeError`` whose message holds the whole traceback.
 
     Args:

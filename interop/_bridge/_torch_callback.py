@@ -329,7 +329,7 @@ class CallbackFailure(RuntimeError):
     """What the callback raises to XLA: a number that finds the original exception."""
 
 
-def _fail(sig: Signature, err: Exception) -> NoReturn:
+def _fail(sig: Signature, err: BaseException) -> NoReturn:
     """Keep ``err`` and raise to XLA a failure whose message holds ``err``'s traceback.
 
     XLA's message shows the stack of the callback, not the exception's own traceback, so
@@ -399,7 +399,7 @@ def forward_buffers(fn: Callable[..., Any], sig: Signature) -> Callable[..., Non
             else:  # pragma: no cover - CUDA: benchmarks/gpu_check.py
                 with _on_xla_stream(ctx, device):
                     _write(targets, run_forward(fn, sig, tensors, device))
-        except Exception as err:
+        except BaseException as err:  # Ctrl-C and sys.exit too: raised as they are
             _fail(sig, err)
 
     return callback
@@ -423,7 +423,7 @@ def backward_buffers(
             else:  # pragma: no cover - CUDA: benchmarks/gpu_check.py
                 with _on_xla_stream(ctx, device):
                     _write(targets, run_backward(fn, sig, primals, wanted, cts, device))
-        except Exception as err:
+        except BaseException as err:  # Ctrl-C and sys.exit too: raised as they are
             _fail(sig, err)
 
     return callback
@@ -461,7 +461,7 @@ def forward_host(fn: Callable[..., Any], sig: Signature) -> Callable[..., Any]:
         try:
             tensors = [_host_tensor(a) for a in arrays]
             return tuple(map(_host_array, run_forward(fn, sig, tensors, _CPU)))
-        except Exception as err:
+        except BaseException as err:  # Ctrl-C and sys.exit too: raised as they are
             _fail(sig, err)
 
     return callback
@@ -478,7 +478,7 @@ def backward_host(
             tensors = [_host_tensor(a) for a in arrays]
             primals, cts = tensors[:count], dict(zip(cotangent_of, tensors[count:], strict=True))
             return tuple(map(_host_array, run_backward(fn, sig, primals, wanted, cts, _CPU)))
-        except Exception as err:
+        except BaseException as err:  # Ctrl-C and sys.exit too: raised as they are
             _fail(sig, err)
 
     return callback

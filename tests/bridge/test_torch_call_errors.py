@@ -151,6 +151,25 @@ def test_an_exception_inside_fn_is_raised_itself_with_fns_frames():
     assert frames[-2:] == ["_raises_deep", "user_frame_inside_fn"]
 
 
+def _interrupted(_):
+    raise KeyboardInterrupt  # as Ctrl-C arrives while fn runs
+
+
+def _exits(_):
+    raise SystemExit(3)
+
+
+@pytest.mark.usefixtures("path")
+@pytest.mark.parametrize("fn, error", [(_interrupted, KeyboardInterrupt), (_exits, SystemExit)])
+def test_ctrl_c_and_sys_exit_inside_fn_are_raised_as_they_are(fn, error):
+    """Not JaxRuntimeError, which an `except Exception:` in a training loop would swallow."""
+    call = interop.torch_call(fn, spec((2,)))
+    with pytest.raises(error):
+        call(jnp.ones(2, F32))
+    again = interop.torch_call(lambda t: t * 2, spec((2,)))  # and the next call works
+    assert again(jnp.ones(2, F32)).tolist() == [2.0, 2.0]
+
+
 @pytest.mark.usefixtures("path")
 def test_inside_jit_jax_reports_it_with_fns_frames_in_the_message():
     call = jax.jit(lambda x: interop.torch_call(_raises_deep, spec((2,)))(x) * 2)
