@@ -155,10 +155,11 @@ class JaxFunction(torch.autograd.Function):
         handoff = _handoff(call)
         diff = [handoff(t.detach()) for t in tensors[: call.n_diff]]
         arrays = _jax_arrays(call, tensors)
-        outs, residuals = call.plan.forward(diff, arrays)
-        info = residuals.info
-        call.outputs = info.outputs
+        outs, residuals, call.outputs = call.plan.forward_or_primal(diff, arrays)
         call.residuals = residuals
+        if residuals is None:  # a derived function JAX cannot linearize: none to read
+            return _results(outs, tensors)
+        info = residuals.info
         # What the first backward reads, as JAX arrays already over the same bytes: it
         # uses them once torch's version counters have vouched for the tensors (a copy of
         # none of them; they live no longer than the saved tensors do).
@@ -176,7 +177,7 @@ class JaxFunction(torch.autograd.Function):
         if _dual_level_active() or _transforms_active():  # else jvp is never called
             ctx.save_for_forward(*tensors)
         residuals = call.residuals
-        if residuals is None:  # the vmap rule ran instead of the forward: no residuals
+        if residuals is None:  # the vmap rule ran instead, or the forward kept none
             ctx.info = None
             ctx.save_for_backward(*tensors)
             return

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from jax.custom_derivatives import SymbolicZero
 
@@ -206,7 +207,7 @@ def flat_specs(promised: Any, name: str) -> tuple[list[jax.ShapeDtypeStruct], An
 def _floating(dtype: Any) -> bool:
     # JAX's issubdtype: NumPy's says no for bfloat16 and float8 (ml_dtypes' kind "V"),
     # whose gradients were then silently zero.
-    return bool(jax.dtypes.issubdtype(dtype, jax.numpy.inexact))
+    return bool(jnp.issubdtype(dtype, jnp.inexact))
 
 
 def _differentiable(

@@ -128,8 +128,9 @@ jax.tree_util.register_pytree_node(
 
 @dataclasses.dataclass
 class Returned:
-    """A batched forward's array results and the :class:`Outputs` they rebuild into (a
-    pytree whose leaves are ``arrays``: jit returns the outputs with every call)."""
+    """A forward's array results without residuals (batched, or primal only) and the
+    :class:`Outputs` they rebuild into (a pytree whose leaves are ``arrays``: jit returns
+    the outputs with every call)."""
 
     arrays: list[Any]
     outputs: Outputs
@@ -250,6 +251,11 @@ class Plan:
         self.forward: Callable[[list[Any], list[Any]], tuple[list[Any], Residuals]] = (
             jax.jit(self._forward) if jitted else self._forward
         )
+        #: The forward without residuals (no ``jax.vjp``): for a derived function JAX
+        #: cannot linearize (:meth:`forward_or_primal`).
+        self.primal: Callable[[list[Any], list[Any]], Returned] = (
+            jax.jit(self._primal_only) if jitted else self._primal_only
+        )
         self._backwards: dict[Any, Callable[..., Any]] = {}
         name = getattr(fn, "name", getattr(fn, "__name__", "fn"))
         #: The gradients as a function of the inputs and cotangents: what a backward that
@@ -281,6 +287,32 @@ class Plan:
             return found
 
         return primal
+
+    def forward_or_primal(
+        self, diff: list[Any], arrays: list[Any]
+    ) -> tuple[list[Any], Residuals | None, Outputs]:
+        """The forward, with its residuals where JAX can linearize the function.
+
+        A function the bridge derives (a backward that ``torch.func`` or ``create_graph``
+        makes a node of) may hold what JAX can run but not differentiate: a ``custom_vjp``
+        whose backward calls a host callback (``pure_callback``, ``torch_call``). Its
+        first-order gradient needs no residuals of it (its backward recomputes), so it is
+        computed without them; differentiating it once more raises JAX's own error then.
+        The user's function gets no such second try: its error is raised at once.
+        """
+        try:
+            outs, residuals = self.forward(diff, arrays)
+        except (ValueError, TypeError, NotImplementedError):
+            if not self.copies_inputs:  # the user's function, not one the bridge derived
+                raise
+            returned = self.primal(diff, arrays)
+            return returned.arrays, None, returned.outputs
+        return outs, residuals, residuals.info.outputs
+
+    def _primal_only(self, diff: list[Any], arrays: list[Any]) -> Returned:
+        box: list[Outputs] = []
+        outs = self._primal(arrays, box)(*diff)
+        return Returned(outs, box[0])
 
     def _forward(self, diff: list[Any], arrays: list[Any]) -> tuple[list[Any], Residuals]:
         box: list[Outputs] = []

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 import torch
 from conftest import enable_x64
@@ -228,3 +229,42 @@ def test_the_legacy_vmap_in_forward_mode_is_refused_naming_torch_func(layer):
         torch.autograd.functional.jacobian(
             lambda w: layer(w, x, 2.0), w, vectorize=True, strategy="forward-mode"
         )
+
+
+@jax.custom_vjp
+def _sin_with_host_derivative(x):
+    return jnp.sin(x)
+
+
+def _host_derivative_fwd(x):
+    return jnp.sin(x), x
+
+
+def _host_derivative_bwd(x, ct):  # the derivative computed on the host: JAX cannot linearize it
+    spec = jax.ShapeDtypeStruct(x.shape, x.dtype)
+    return (jax.pure_callback(lambda v: np.cos(v).astype(v.dtype), spec, x) * ct,)
+
+
+_sin_with_host_derivative.defvjp(_host_derivative_fwd, _host_derivative_bwd)
+
+
+@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jitted"])
+def test_first_order_transforms_of_a_function_whose_backward_jax_cannot_differentiate(jit):
+    """torch.func makes the backward a node of its own; JAX cannot linearize it, which a
+    first-order gradient does not need. A second order raises JAX's own error."""
+
+    def loss(x):
+        return jnp.sum(_sin_with_host_derivative(x))
+
+    call = interop.jax_call(jax.jit(loss) if jit else loss)
+    x = torch.linspace(-1.0, 1.0, 4)
+    expected = torch.cos(x)
+    torch.testing.assert_close(grad(call)(x), expected)
+    torch.testing.assert_close(vjp(call, x)[1](torch.tensor(1.0))[0], expected)
+    leaf = x.clone().requires_grad_()
+    (first,) = torch.autograd.grad(call(leaf), [leaf], create_graph=True)
+    torch.testing.assert_close(first.detach(), expected)
+    with pytest.raises(ValueError, match="Pure callbacks do not support JVP"):
+        grad(lambda v: grad(call)(v).sum())(x)
+    with pytest.raises(ValueError, match="Pure callbacks do not support JVP"):
+        first.sum().backward()
