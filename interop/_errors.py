@@ -373,6 +373,18 @@ class GrowthDuringCaptureError(WorkspaceError, RuntimeError):
     reason: ClassVar[str] = "capture"
 
 
+class AllocationSuppressedError(WorkspaceError, RuntimeError, TypeError):
+    """``alloc_context()`` suppressed an exception raised while the workspace allocated
+    inside it (its ``__exit__`` returned true), so a new buffer is missing.
+
+    The growth is then handled as a failed allocation (the slot gets its old capacity
+    again where it can). A ``TypeError`` too: the original, given such a context, goes on
+    without a buffer and fails with one (``'NoneType' object is not subscriptable``).
+    """
+
+    reason: ClassVar[str] = "suppressed"
+
+
 # ----- calls that cannot settle -----
 
 
@@ -446,7 +458,7 @@ PUBLIC_ERRORS: tuple[type[Exception], ...] = (
     AllocationNotStridedError, AllocationStorageOffsetError,
     AllocationNegativeBitError, AllocationOverlapError,
     UnknownDeviceError, DeviceUnavailableError, GrowthDuringCaptureError, ReplanLimitError,
-    NotInitializedError, PersistentMismatchError, ReadOnlyAttributeError,
+    AllocationSuppressedError, NotInitializedError, PersistentMismatchError, ReadOnlyAttributeError,
 )  # fmt: skip
 
 for _error in PUBLIC_ERRORS:  # tracebacks print the public path, interop.errors.LazyViewError

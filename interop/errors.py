@@ -42,6 +42,7 @@ from ._errors import AllocationOverlapError as AllocationOverlapError
 from ._errors import AllocationShapeError as AllocationShapeError
 from ._errors import AllocationSizeError as AllocationSizeError
 from ._errors import AllocationStorageOffsetError as AllocationStorageOffsetError
+from ._errors import AllocationSuppressedError as AllocationSuppressedError
 from ._errors import AllocationTypeError as AllocationTypeError
 from ._errors import AllocationValueError as AllocationValueError
 from ._errors import AllocatorError as AllocatorError
@@ -101,6 +102,7 @@ __all__ = [
     "AllocationShapeError",
     "AllocationSizeError",
     "AllocationStorageOffsetError",
+    "AllocationSuppressedError",
     "AllocationTypeError",
     "AllocationValueError",
     "AllocatorError",

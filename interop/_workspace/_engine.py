@@ -71,7 +71,7 @@ from functional_ws import Growth, Slot, WorkspaceLockedError, WorkspaceState
 from functional_ws.fast_paths import fit
 
 from .._device import empty_device_cache, refuse_growth_during_capture
-from .._errors import ReplanLimitError
+from .._errors import AllocationSuppressedError, ReplanLimitError
 from .._locks import renew_after_fork
 from ._buffers import SlotBuffers
 from ._carving import Carver
@@ -400,6 +400,8 @@ class Engine:
                         ready = self.buffers.allocate(i, nbytes, slot=slot, previous=previous)
                     allocations[i] = ready
                     ready = None
+            if len(allocations) != len(indices):
+                raise _suppressed(growth, indices, allocations)
         except BaseException as err:  # out of memory, a bad result, a context that raised
             allocations.clear()  # the new buffers go before the old capacities come back
             held, restored = self._restore(old, growth, indices, entered)
@@ -454,8 +456,12 @@ class Engine:
             prepared = {i: spare.pop(i) for i, _, _, _ in wanted}  # checked when made
         else:
             spare.clear()
+            made = None
             with self._alloc_context():
-                prepared = self.buffers.allocate_apart(wanted)  # user code: no lock held
+                made = self.buffers.allocate_apart(wanted)  # user code: no lock held
+            if made is None:  # the context suppressed a failure: nothing was released
+                raise _suppressed(growth, indices, {})
+            prepared = made
         with self._mutex:
             settled = fws.rebase(old, new, self.state)  # over what user code did meanwhile
             if settled is None:
@@ -490,6 +496,18 @@ def _covers(spare: dict[int, Allocation], old: WorkspaceState, growth: Growth) -
     return bool(spare) and all(
         (allocation := spare.get(old.index(slot))) is not None and allocation.nbytes == nbytes
         for slot, nbytes in growth
+    )
+
+
+def _suppressed(
+    growth: Growth, indices: list[int], allocations: dict[int, Allocation]
+) -> AllocationSuppressedError:
+    """The error for new buffers missing after ``alloc_context()`` exited quietly."""
+    missing = [slot for (slot, _), i in zip(growth, indices, strict=True) if i not in allocations]
+    return AllocationSuppressedError(
+        f"alloc_context() suppressed an exception raised while workspace slot(s) {missing} "
+        "allocated a new buffer inside it (its __exit__ returned a true value), so no buffer "
+        "was made. Let the context re-raise what happens inside it."
     )
 
 

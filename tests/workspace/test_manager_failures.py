@@ -17,7 +17,7 @@ from support.helpers import manager_with_patterned_tail, patterned_tail_is_intac
 from support.seams import allocator_of, slot_buffer
 
 import functional_ws as fws
-from interop import CapacityLimitError, use_workspace_ubatch
+from interop import CapacityLimitError, errors, use_workspace_ubatch
 
 U8, I8 = torch.uint8, torch.int8
 
@@ -169,3 +169,39 @@ def test_a_context_that_fails_on_a_multi_slot_growth_keeps_every_slot_in_step(al
             assert [s.capacity for s in ws.state.slots] == [1024, 512]
             assert [slot_buffer(ws, (u, 0)).numel() for u in (0, 1)] == [1024, 512]
             assert all(s.retained is None for s in ws.state.slots)
+
+
+class _Swallowing:
+    """An ``alloc_context`` whose ``__exit__`` suppresses what went wrong inside it."""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> bool:
+        return True
+
+
+def test_a_context_that_suppresses_a_failed_allocation_is_reported_and_loses_nothing(
+    allocator, monkeypatch
+):
+    """The original goes on without a buffer (a TypeError); here the growth fails clearly,
+    the state records the buffer that exists, and the next request allocates."""
+    ws = workspace("cpu", alloc_context=_Swallowing)
+    ws.get_simultaneous(((1000,), U8))
+    provider = allocator_of(ws)
+    name = "allocate_apart" if hasattr(provider, "allocate_apart") else "allocate"
+    real = getattr(provider, name)
+
+    def fails(*args, **kwargs):
+        raise MemoryError("pretend the device is full")
+
+    monkeypatch.setattr(provider, name, fails)
+    with pytest.raises(errors.AllocationSuppressedError, match=r"suppressed an exception") as info:
+        ws.get_simultaneous(((100_000,), U8))
+    assert isinstance(info.value, TypeError) and isinstance(info.value, RuntimeError)
+    buffer = slot_buffer(ws, (0, 0))
+    assert ws.state.capacity((0, 0)) == (0 if buffer is None else buffer.numel())
+    monkeypatch.setattr(provider, name, real)
+    (big,) = ws.get_simultaneous(((100_000,), U8))  # allocating works again: so does the slot
+    big.fill_(7)
+    assert ws.state.capacity((0, 0)) >= 100_000 and int(big[-1]) == 7
