@@ -347,24 +347,32 @@ class Engine:
         with self._mutex:
             if self.state is not old:
                 return None
-            self.state = bare  # the slots claim nothing before their buffers go
-            for i in indices:
-                blocks.append(self.buffers.take(i))
-                self.memos.retire(i)  # after its buffer: a memo filled before is killed
+            try:
+                self.state = bare  # the slots claim nothing before their buffers go
+                for i in indices:
+                    blocks.append(self.buffers.take(i))
+                    self.memos.retire(i)  # after its buffer: a memo filled before is killed
+            except BaseException:  # Ctrl-C: the slots not yet taken claim theirs again
+                self._settle_interrupted(old, new, slots, indices, {}, old)
+                raise
         self._release(slots, blocks)
         held, allocations, error = self._allocate(old, growth, indices, spare)
         try:
             with self._mutex:
-                current = self.state  # over what other calls did meanwhile, if any:
-                settled = new if current is bare else fws.rebase(bare, new, current)
-                if settled is not None:  # (None: another growth settled these slots)
-                    for i, allocation in allocations.items():
-                        self.buffers.install(i, allocation)  # before the state claims it
-                    if error is None:
-                        self.state = settled  # and self._carver(index):
-                        return _NO_SLOT if index is None else self.buffers.records[index][1]
-                    moved = None if current is bare else current
-                    self.state = fws.after_failed_growth(old, new, held, current=moved)
+                try:
+                    current = self.state  # over what other calls did meanwhile, if any:
+                    settled = new if current is bare else fws.rebase(bare, new, current)
+                    if settled is not None:  # (None: another growth settled these slots)
+                        for i, allocation in allocations.items():
+                            self.buffers.install(i, allocation)  # before the state claims it
+                        if error is None:
+                            self.state = settled  # and self._carver(index):
+                            return _NO_SLOT if index is None else self.buffers.records[index][1]
+                        moved = None if current is bare else current
+                        self.state = fws.after_failed_growth(old, new, held, current=moved)
+                except BaseException:  # Ctrl-C between the installs: the state claims them
+                    self._settle_interrupted(old, new, slots, indices, allocations, None)
+                    raise
             if error is not None:
                 raise error
             spare.update(allocations)  # another growth settled these slots: plan again
@@ -467,17 +475,53 @@ class Engine:
             if settled is None:
                 spare.update(prepared)  # user code changed the growing slots: plan again
                 return None
-            self.state = fws.after_failed_growth(
-                old, new, dict.fromkeys(slots, 0), current=self.state
-            )
-            blocks = [self.buffers.take(i) for i in indices]
-            for i in indices:
-                self.memos.retire(i)
-                self.buffers.install(i, prepared[i])
-            self.state = settled
+            before = self.state
+            try:
+                self.state = fws.after_failed_growth(
+                    old, new, dict.fromkeys(slots, 0), current=before
+                )
+                blocks = [self.buffers.take(i) for i in indices]
+                for i in indices:
+                    self.memos.retire(i)
+                    self.buffers.install(i, prepared[i])
+                self.state = settled
+            except BaseException:  # Ctrl-C: each slot claims the buffer it holds
+                self._settle_interrupted(old, new, slots, indices, prepared, before)
+                raise
             carver = self._carver(index)
         self._release(slots, blocks)
         return carver
+
+    def _settle_interrupted(
+        self,
+        old: WorkspaceState,
+        new: WorkspaceState,
+        slots: list[Slot],
+        indices: list[int],
+        fresh: dict[int, Allocation],
+        base: WorkspaceState | None,
+    ) -> None:
+        """After a Ctrl-C between a growth's steps under the mutex (the caller holds it):
+        each growing slot's state describes the buffer it holds now, its old one (as in
+        ``old``), one of ``fresh`` (grown, or its old capacity again) or none (capacity 0,
+        its memos retired), over ``base`` (``None``: the state now). Retried until done:
+        a second Ctrl-C meanwhile is dropped, as the first is being raised."""
+        while True:
+            try:
+                held: dict[Slot, int] = {}
+                for slot, i in zip(slots, indices, strict=True):
+                    allocation = self.buffers.records[i][0]
+                    if allocation is None:
+                        held[slot] = 0
+                        self.memos.retire(i)
+                    elif fresh.get(i) is allocation:
+                        held[slot] = allocation.nbytes
+                current = self.state if base is None else base
+                moved = None if current is old else current
+                self.state = fws.after_failed_growth(old, new, held, current=moved)
+                return
+            except KeyboardInterrupt:
+                continue
 
     def _release(self, slots: list[Slot], blocks: list[torch.Tensor | None]) -> None:
         """Let the old buffers go (with no lock held: freeing memory may run a pool's code):

@@ -82,14 +82,14 @@ def mutex_is_free(ws: WorkspaceManager) -> bool:
 
 def inconsistencies(ws: WorkspaceManager) -> list[str]:
     """What in ``ws`` disagrees with itself, as sentences (empty when nothing): a held
-    mutex, a slot whose state claims bytes its buffer does not hold (or a buffer of another
-    size under a state that claims one), a dead memo in the tables."""
+    mutex, a slot whose state claims another size than its buffer's (bytes it does not
+    hold, or none while it holds some), a dead memo in the tables."""
     problems = [] if mutex_is_free(ws) else ["the mutex is held"]
     state = ws.state
     for index, slot in enumerate(state.slots):
         buffer = ws._engine.buffers.buffer(index)
-        if slot.capacity and (buffer is None or buffer.numel() != slot.capacity):
-            size = None if buffer is None else buffer.numel()
+        size = 0 if buffer is None else buffer.numel()
+        if size != slot.capacity:  # too much is unsafe; too little refuses what fits
             problems.append(f"slot {index} claims {slot.capacity} bytes, its buffer has {size}")
     for table in (ws._memos.acquired_at, ws._memos.retained_at):
         for row in table:
