@@ -494,8 +494,14 @@ def replay_retain(
     return _changed(state, i, current, after, hint), span, intact
 
 
-def claim(state: WorkspaceState, slot: Slot, key: Hashable) -> tuple[WorkspaceState, bool]:
+def claim(
+    state: WorkspaceState, slot: Slot, key: Hashable, *, admitted: bool = False
+) -> tuple[WorkspaceState, bool]:
     """Claim a persistent key in ``slot``.
+
+    ``admitted``: the call was let in by a claim made before the resource was created (the
+    original checks the lock once, before it calls the factory): the key is claimed even
+    if the state was locked since.
 
     Returns:
         ``(new_state, is_new)``: ``is_new`` is false (and the state unchanged) when the key
@@ -510,13 +516,15 @@ def claim(state: WorkspaceState, slot: Slot, key: Hashable) -> tuple[WorkspaceSt
         >>> s, new = claim(initial_state(), (0, 0), "scales")
         >>> new, claim(s, (0, 0), "scales")[1]
         (True, False)
+        >>> claim(lock(s), (0, 0), "handle", admitted=True)[1]
+        True
     """
     index = state.index(slot)
     _check_key(key, "key")
     current = state.slots[index]
     if key in current.persistent_keys:
         return state, False
-    if state.locked:
+    if state.locked and not admitted:
         raise PersistentKeyLockedError(key, state.slot_of(index))
     new = dataclasses.replace(current, persistent_keys=current.persistent_keys | {key})
     return with_slot(state, index, new), True

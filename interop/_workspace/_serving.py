@@ -137,7 +137,9 @@ class Server:
         The claim is checked first (a locked manager refuses a new key before anything
         runs); the factory runs with no lock held (it may use the manager, or wait for
         another thread that does); the key is claimed only once the resource exists (a
-        factory that raised leaves none), and the first thread to finish wins.
+        factory that raised leaves none), and the first thread to finish wins. A
+        ``lock()`` taken while the factory runs does not refuse it then: the original
+        checks the lock once, before the factory, and keeps what it made.
         """
         state = self.engine.state
         index = state.index(slot)
@@ -148,5 +150,7 @@ class Server:
         if not callable(factory):
             raise TypeError(f"factory must be a callable returning the resource, got {factory!r}.")
         resource = factory()
-        self.engine.update(lambda state: fws.claim(state, slot, key)[0], user_code_of_key(key))
+        self.engine.update(
+            lambda state: fws.claim(state, slot, key, admitted=True)[0], user_code_of_key(key)
+        )
         return self.tables.keep(index, key, resource)  # type: ignore[no-any-return]

@@ -111,6 +111,9 @@ def test_claim_persistent_keys():
     assert fws.claim(locked, (0, 1), "w") == (locked, False)
     with pytest.raises(AssertionError, match="was not allocated during warmup"):
         fws.claim(locked, (0, 0), "w")  # claimed per slot
+    # A call admitted before the lock (the original checks it once, before the factory):
+    admitted, new = fws.claim(locked, (0, 0), "w", admitted=True)
+    assert new and admitted.locked and admitted.slots[0].persistent_keys == frozenset({"w"})
 
 
 def test_reserve_worst_case_then_lock():

@@ -162,6 +162,28 @@ def test_a_factory_may_wait_for_another_threads_slow_path_call(first_call):
     assert ws.get_persistent_resource("k", factory) == "made"
 
 
+def test_a_lock_taken_while_a_factory_runs_keeps_what_it_made():
+    """The original checks the lock once, before the factory: the call it let in returns
+    the resource, and later locked calls get the same one."""
+    ws = WorkspaceManager("cpu")
+    started, release = threading.Event(), threading.Event()
+    made = object()
+
+    def factory():
+        started.set()
+        assert release.wait(TIMEOUT)
+        return made
+
+    _thread, done, box = _run_in_thread(lambda: ws.get_persistent_resource("handle", factory))
+    assert started.wait(TIMEOUT)
+    ws.lock()  # warm-up ends on another thread meanwhile
+    release.set()
+    assert done.wait(TIMEOUT) and box.get("value") is made
+    assert ws.get_persistent_resource("handle", factory) is made
+    with pytest.raises(AssertionError, match="was not allocated during warmup"):
+        ws.get_persistent_resource("another", factory)  # a new key is refused as before
+
+
 def test_alloc_context_and_allocator_may_wait_for_other_threads():
     waited = []
 
