@@ -5,7 +5,7 @@ with plain Python that Dynamo can trace (:func:`describe`: tuples, lists, dicts,
 Python numbers, strings and ``None``), registers the description once
 (as ``torch.compiler.assume_constant_result`` does: a constant key, no shapes in it; see
 ``_private.py``), and calls
-the op on the flat tensors and ints. So a compiled function or training step calling it
+the op on the flat tensors, ints and floats. So a compiled function or training step calling it
 compiles whole, under ``fullgraph=True`` too:
 
 - the op's fake implementation is ``jax.eval_shape`` of the function (the JAX trace, no
@@ -75,7 +75,8 @@ EAGER_ADVICE = (
     "tensors (interop.to_torch), and other values as Python numbers or strings."
 )
 
-TENSOR, INT = "T", "I"
+TENSOR, INT, FLOAT = "T", "I", "F"
+_NONE: Iterator[Any] = iter(())  # no floats
 
 
 class _Caller(Protocol):
@@ -113,30 +114,37 @@ def _caller(key: str) -> _Caller:
 # ----- the description Dynamo traces (plain Python only) -----
 
 
-def describe(tree: Any, tensors: list[Any], ints: list[Any]) -> Any:
-    """A constant description of ``tree``, appending its tensors and ints in order; ``None``
-    where a leaf cannot go through the op.
+def describe(tree: Any, tensors: list[Any], ints: list[Any], floats: list[Any]) -> Any:
+    """A constant description of ``tree``, appending its tensors, ints and floats in order;
+    ``None`` where a leaf cannot go through the op.
+
+    Floats go through the op as values, not in the description: Dynamo makes a Python
+    float that changes between calls symbolic, which no constant can hold (the op's fake
+    implementation then specialises the graph on its value, as on an int's).
 
     Example:
         >>> import torch
-        >>> tensors, ints = [], []
-        >>> describe(((torch.ones(2), 3), {"scale": 0.5}), tensors, ints)
-        ('tuple', (('tuple', ('T', 'I')), ('dict', ('scale',), (('C', 0.5),))))
-        >>> len(tensors), ints
-        (1, [3])
+        >>> tensors, ints, floats = [], [], []
+        >>> describe(((torch.ones(2), 3), {"scale": 0.5, "name": "a"}), tensors, ints, floats)
+        ('tuple', (('tuple', ('T', 'I')), ('dict', ('scale', 'name'), ('F', ('C', 'a')))))
+        >>> len(tensors), ints, floats
+        (1, [3], [0.5])
     """
     if isinstance(tree, torch.Tensor):
         tensors.append(tree)
         return TENSOR
-    if tree is None or isinstance(tree, (bool, float, complex, str)):
+    if tree is None or isinstance(tree, (bool, complex, str)):
         return ("C", tree)
+    if isinstance(tree, float):  # a symbolic float too: it goes through the op
+        floats.append(tree)
+        return FLOAT
     if isinstance(tree, int):  # a symbolic int too: it goes through the op as a SymInt
         ints.append(tree)
         return INT
     if type(tree) is tuple or type(tree) is list:
         children = []
         for item in tree:
-            child = describe(item, tensors, ints)
+            child = describe(item, tensors, ints, floats)
             if child is None:
                 return None
             children.append(child)
@@ -144,7 +152,7 @@ def describe(tree: Any, tensors: list[Any], ints: list[Any]) -> Any:
     if type(tree) is dict:
         keys, children = [], []
         for name, item in tree.items():
-            child = describe(item, tensors, ints)
+            child = describe(item, tensors, ints, floats)
             if child is None:
                 return None
             keys.append(name)
@@ -153,25 +161,31 @@ def describe(tree: Any, tensors: list[Any], ints: list[Any]) -> Any:
     return None
 
 
-def rebuild(structure: Any, tensors: Iterator[Any], ints: Iterator[Any]) -> Any:
-    """The tree :func:`describe` described, with values from ``tensors`` and ``ints``.
+def rebuild(
+    structure: Any, tensors: Iterator[Any], ints: Iterator[Any], floats: Iterator[Any] = _NONE
+) -> Any:
+    """The tree :func:`describe` described, with values from ``tensors``, ``ints`` and
+    ``floats``.
 
     Example:
-        >>> rebuild(("tuple", ("T", ("C", None), "I")), iter(["x"]), iter([3]))
-        ('x', None, 3)
+        >>> rebuild(("tuple", ("T", ("C", None), "I", "F")), iter(["x"]), iter([3]), iter([0.5]))
+        ('x', None, 3, 0.5)
     """
     if structure == TENSOR:
         return next(tensors)
     if structure == INT:
         return next(ints)
+    if structure == FLOAT:
+        return float(next(floats))  # the op hands floats over as floats; Dynamo too
     tag = structure[0]
     if tag == "C":
         return structure[1]
     if tag == "dict":
         return {
-            k: rebuild(c, tensors, ints) for k, c in zip(structure[1], structure[2], strict=True)
+            k: rebuild(c, tensors, ints, floats)
+            for k, c in zip(structure[1], structure[2], strict=True)
         }
-    children = [rebuild(child, tensors, ints) for child in structure[1]]
+    children = [rebuild(child, tensors, ints, floats) for child in structure[1]]
     return tuple(children) if tag == "tuple" else children
 
 
@@ -179,11 +193,12 @@ def traced_call(caller_key: str, args: tuple[Any, ...], kwargs: dict[str, Any]) 
     """What a ``jax_call`` wrapper does while Dynamo traces it: the op, or a graph break."""
     tensors: list[Any] = []
     ints: list[Any] = []
-    structure = describe((args, kwargs), tensors, ints)
+    floats: list[Any] = []
+    structure = describe((args, kwargs), tensors, ints, floats)
     if structure is None:
         return _call_eagerly(caller_key, args, kwargs)
     key = op_key(caller_key, structure)
-    results = jax_call_op(key, tensors, ints)
+    results = jax_call_op(key, tensors, ints, floats)
     return rebuild(result_structure(key), iter(results), iter(()))
 
 
@@ -329,28 +344,33 @@ def _unaliased(results: list[torch.Tensor], inputs: Sequence[torch.Tensor]) -> l
 
 
 @torch.library.custom_op(OP_NAME, mutates_args=())
-def jax_call_op(key: str, tensors: list[torch.Tensor], ints: list[int]) -> list[torch.Tensor]:
-    """Run entry ``key``'s JAX function on ``tensors`` and ``ints``; its array results.
+def jax_call_op(
+    key: str, tensors: list[torch.Tensor], ints: list[int], floats: list[float]
+) -> list[torch.Tensor]:
+    """Run entry ``key``'s JAX function on ``tensors``, ``ints`` and ``floats``; its array
+    results.
 
     Example:
         >>> import jax.numpy as jnp, torch
-        >>> key = add_entry(lambda x, n: x * n, ("tuple", ("T", "I")), jitted=False)
-        >>> jax_call_op(key, [torch.ones(2)], [3])
-        [tensor([3., 3.])]
+        >>> key = add_entry(lambda x, n, s: x * n * s, ("tuple", ("T", "I", "F")), jitted=False)
+        >>> jax_call_op(key, [torch.ones(2)], [3], [0.5])
+        [tensor([1.5000, 1.5000])]
     """
     entry = _entry(key)
     handoff = to_jax_or_copy if entry.copies_inputs else to_jax
     arrays = iter([handoff(t.detach()) for t in tensors])
-    args, kwargs = _call_arguments(entry, arrays, iter(ints))
+    args, kwargs = _call_arguments(entry, arrays, iter(ints), iter(floats))
     structure, leaves = _describe_result(entry.fn(*args, **kwargs))
     _record(entry, structure)
     results = [_dense(to_torch(jnp.asarray(leaf))) for leaf in leaves]
     return _unaliased(results, tensors)
 
 
-def _call_arguments(entry: Entry, arrays: Iterator[Any], ints: Iterator[Any]) -> Any:
+def _call_arguments(
+    entry: Entry, arrays: Iterator[Any], ints: Iterator[Any], floats: Iterator[Any]
+) -> Any:
     """``(args, kwargs)`` for ``entry.fn``, from the values of one op call."""
-    return rebuild(entry.structure, arrays, ints)
+    return rebuild(entry.structure, arrays, ints, floats)
 
 
 def _as_call(args_structure: Any) -> Any:
@@ -383,7 +403,9 @@ def _default_device() -> torch.device:
 
 
 @jax_call_op.register_fake
-def _fake(key: str, tensors: list[torch.Tensor], ints: list[int]) -> list[torch.Tensor]:
+def _fake(
+    key: str, tensors: list[torch.Tensor], ints: list[int], floats: list[float]
+) -> list[torch.Tensor]:
     entry = _entry(key)
     # int() of a symbolic size guards on its value: the graph is specialised per shape.
     specs = [
@@ -391,9 +413,10 @@ def _fake(key: str, tensors: list[torch.Tensor], ints: list[int]) -> list[torch.
         for t in tensors
     ]
     values = [int(i) for i in ints]
+    reals = [float(f) for f in floats]  # likewise a guard on a symbolic float's value
 
     def fn(*arrays: Any) -> Any:
-        args, kwargs = _call_arguments(entry, iter(arrays), iter(values))
+        args, kwargs = _call_arguments(entry, iter(arrays), iter(values), iter(reals))
         return entry.fn(*args, **kwargs)
 
     structure, leaves = _describe_result(jax.eval_shape(fn, *specs))
@@ -423,8 +446,8 @@ def add_entry(fn: Callable[..., Any], args_structure: Any, *, jitted: bool) -> s
 
 
 def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
-    key, tensors, ints = inputs
-    ctx.key, ctx.ints = key, list(ints)
+    key, tensors, ints, floats = inputs
+    ctx.key, ctx.ints, ctx.floats = key, list(ints), list(floats)
     ctx.diff = tuple(is_differentiated(t) for t in tensors)
     ctx.inexact = tuple(o.is_floating_point() or o.is_complex() for o in output)
     ctx.save_for_backward(*tensors)
@@ -442,10 +465,11 @@ def _backward(ctx: Any, grads: list[torch.Tensor | None]) -> tuple[Any, ...]:
     cotangents = [
         compact_cotangent(g) for g, has in zip(grads, given, strict=True) if g is not None and has
     ]
-    results = iter(jax_call_op(key, [*tensors, *cotangents], ctx.ints))
-    # No gradient for the ints, in the structure torch 2.13 checks: an empty list stays a
-    # list node, a list of ints counts as one leaf.
-    return None, [next(results) if d else None for d in ctx.diff], None if ctx.ints else []
+    results = iter(jax_call_op(key, [*tensors, *cotangents], ctx.ints, ctx.floats))
+    # No gradient for the ints and floats, in the structure torch 2.13 checks: an empty
+    # list stays a list node, a list of numbers counts as one leaf.
+    gradients = [next(results) if d else None for d in ctx.diff]
+    return None, gradients, None if ctx.ints else [], None if ctx.floats else []
 
 
 def backward_key(key: str, diff: tuple[bool, ...], given: tuple[bool, ...]) -> str:
@@ -463,37 +487,45 @@ def backward_key(key: str, diff: tuple[bool, ...], given: tuple[bool, ...]) -> s
 def _backward_entry(entry: Entry, diff: tuple[bool, ...], given: tuple[bool, ...]) -> Entry:
     """The entry of ``entry``'s vector-Jacobian product for these masks."""
     vjp = _vjp_function(entry, diff, given)
-    n_ints = sum(1 for _ in _ints_of(entry.structure))
+    n_ints = sum(1 for _ in _leaves_of(entry.structure, INT))
+    n_floats = sum(1 for _ in _leaves_of(entry.structure, FLOAT))
     arguments = (
         ("list", (TENSOR,) * len(diff)),
         ("list", (TENSOR,) * sum(given)),
         ("tuple", (INT,) * n_ints),
+        ("tuple", (FLOAT,) * n_floats),
     )
     structure = _as_call(("tuple", arguments))
     return Entry(vjp, structure, entry.jitted, copies_inputs=True)
 
 
-def _ints_of(structure: Any) -> Iterator[None]:
-    if structure == INT:
+def _leaves_of(structure: Any, kind: str) -> Iterator[None]:
+    """One item per leaf of ``kind`` (:data:`INT` or :data:`FLOAT`) in ``structure``."""
+    if structure == kind:
         yield None
-    elif structure != TENSOR and structure[0] != "C":
+    elif structure not in (TENSOR, INT, FLOAT) and structure[0] != "C":
         for child in structure[-1]:
-            yield from _ints_of(child)
+            yield from _leaves_of(child, kind)
 
 
 def _vjp_function(
     entry: Entry, diff: tuple[bool, ...], given: tuple[bool, ...]
 ) -> Callable[..., list[Any]]:
     """``entry``'s vector-Jacobian product as a JAX function of (its tensors, the given
-    cotangents, its ints): one gradient per differentiated tensor."""
+    cotangents, its ints and floats): one gradient per differentiated tensor."""
     positions = [i for i, d in enumerate(diff) if d]
 
-    def vjp(inputs: list[Any], cotangents: list[Any], ints: tuple[int, ...]) -> list[Any]:
+    def vjp(
+        inputs: list[Any],
+        cotangents: list[Any],
+        ints: tuple[int, ...],
+        floats: tuple[float, ...],
+    ) -> list[Any]:
         def primal(*values: Any) -> list[Any]:
             arrays = list(inputs)
             for position, value in zip(positions, values, strict=True):
                 arrays[position] = value
-            args, kwargs = _call_arguments(entry, iter(arrays), iter(ints))
+            args, kwargs = _call_arguments(entry, iter(arrays), iter(ints), iter(floats))
             _, leaves = _describe_result(entry.fn(*args, **kwargs))
             return [jnp.asarray(leaf) for leaf in leaves]
 
@@ -505,7 +537,7 @@ def _vjp_function(
         )
         return _vjp.gradients(pullback(_vjp.cotangents(avals, kinds, cotangents)))
 
-    return jax.jit(vjp, static_argnums=2) if entry.jitted else vjp
+    return jax.jit(vjp, static_argnums=(2, 3)) if entry.jitted else vjp
 
 
 jax_call_op.register_autograd(_backward, setup_context=_setup_context)

@@ -24,17 +24,18 @@ from interop._bridge import _custom_op
     ids=["empty", "constants", "nested", "tensors"],
 )
 def test_describe_then_rebuild_gives_the_tree_back(tree):
-    tensors, ints = [], []
-    structure = _custom_op.describe(tree, tensors, ints)
+    tensors, ints, floats = [], [], []
+    structure = _custom_op.describe(tree, tensors, ints, floats)
     hash(structure)  # a constant Dynamo can put in a graph
     assert all(isinstance(t, torch.Tensor) for t in tensors)
-    rebuilt = _custom_op.rebuild(structure, iter(tensors), iter(ints))
+    assert all(type(f) is float for f in floats) and "2.5" not in repr(structure)
+    rebuilt = _custom_op.rebuild(structure, iter(tensors), iter(ints), iter(floats))
     assert repr(rebuilt) == repr(tree)
 
 
 @pytest.mark.parametrize("leaf", [jnp.ones(2), object(), (1).__class__], ids=["jax", "obj", "cls"])
 def test_leaves_the_op_cannot_carry_are_described_as_none(leaf):
-    assert _custom_op.describe(((torch.ones(1), [leaf]), {}), [], []) is None
+    assert _custom_op.describe(((torch.ones(1), [leaf]), {}), [], [], []) is None
 
 
 def _mixed(w, x, n):
@@ -47,14 +48,14 @@ def test_torch_s_op_checks_pass():
     generator = torch.Generator().manual_seed(0)
     w = torch.randn(4, 3, generator=generator, requires_grad=True)
     x = torch.randn(5, 4, generator=generator, requires_grad=True)
-    results = torch.library.opcheck(_custom_op.jax_call_op, (key, [w, x], [3]))
+    results = torch.library.opcheck(_custom_op.jax_call_op, (key, [w, x], [3], []))
     assert set(results.values()) == {"SUCCESS"}, results
 
 
 def test_results_never_alias_the_inputs_or_each_other():
     key = _custom_op.add_entry(lambda x: (x, x * 2, x * 2), ("tuple", ("T",)), jitted=False)
     x = torch.ones(4)
-    results = _custom_op.jax_call_op(key, [x], [])
+    results = _custom_op.jax_call_op(key, [x], [], [])
     pointers = [x.data_ptr(), *(r.data_ptr() for r in results)]
     assert len(set(pointers)) == len(pointers)
     assert [r.tolist() for r in results] == [[1.0] * 4, [2.0] * 4, [2.0] * 4]
@@ -63,21 +64,21 @@ def test_results_never_alias_the_inputs_or_each_other():
 def test_the_fake_implementation_refuses_float64_with_x64_off():
     key = _custom_op.add_entry(jnp.sin, ("tuple", ("T",)), jitted=False)
     with pytest.raises(interop.errors.X64DisabledError):
-        _custom_op.jax_call_op(key, [torch.empty(2, dtype=torch.float64, device="meta")], [])
+        _custom_op.jax_call_op(key, [torch.empty(2, dtype=torch.float64, device="meta")], [], [])
 
 
 def test_a_result_the_graph_cannot_rebuild_is_refused_clearly():
     key = _custom_op.add_entry(lambda x: jax.tree_util.Partial(jnp.add, x), ("tuple", ("T",)),
                                jitted=False)  # fmt: skip
     with pytest.raises(interop.errors.UnsupportedPytreeError, match="tuples, lists or dicts"):
-        _custom_op.jax_call_op(key, [torch.empty(2, device="meta")], [])
+        _custom_op.jax_call_op(key, [torch.empty(2, device="meta")], [], [])
 
 
 def test_fake_and_real_results_agree_on_dict_order():
     fn = lambda x: {"b": x * 2, "a": x.sum()}  # noqa: E731
     key = _custom_op.add_entry(fn, ("tuple", ("T",)), jitted=False)
-    fake = _custom_op.jax_call_op(key, [torch.empty(3, device="meta")], [])
-    real = _custom_op.jax_call_op(key, [torch.ones(3)], [])
+    fake = _custom_op.jax_call_op(key, [torch.empty(3, device="meta")], [], [])
+    real = _custom_op.jax_call_op(key, [torch.ones(3)], [], [])
     assert [f.shape for f in fake] == [r.shape for r in real] == [(), (3,)]
 
 
@@ -91,7 +92,7 @@ def test_the_op_differentiates_to_second_order():
     w = torch.randn(3, 2, dtype=torch.float64, generator=generator, requires_grad=True)
     x = torch.randn(4, 3, dtype=torch.float64, generator=generator, requires_grad=True)
     with enable_x64():
-        first = lambda w, x: _custom_op.jax_call_op(key, [w, x], [2])[0]  # noqa: E731
+        first = lambda w, x: _custom_op.jax_call_op(key, [w, x], [2], [])[0]  # noqa: E731
         assert torch.autograd.gradcheck(first, (w, x))
         assert torch.autograd.gradgradcheck(first, (w, x))
 
@@ -100,7 +101,7 @@ def test_the_op_s_backward_refuses_overwritten_inputs():
     key = _custom_op.add_entry(lambda x: (x * x,), ("tuple", ("T",)), jitted=False)
     x = torch.ones(3, requires_grad=True)
     h = x * 1
-    (y,) = _custom_op.jax_call_op(key, [h], [])
+    (y,) = _custom_op.jax_call_op(key, [h], [], [])
     h.add_(1)
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         y.sum().backward()
@@ -109,6 +110,6 @@ def test_the_op_s_backward_refuses_overwritten_inputs():
 def test_the_op_differentiates_without_ints_too():
     key = _custom_op.add_entry(jnp.sin, ("tuple", ("T",)), jitted=False)
     x = torch.zeros(3, requires_grad=True)
-    (y,) = _custom_op.jax_call_op(key, [x], [])
+    (y,) = _custom_op.jax_call_op(key, [x], [], [])
     y.sum().backward()
     assert x.grad.tolist() == [1.0, 1.0, 1.0]

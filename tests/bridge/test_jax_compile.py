@@ -113,6 +113,23 @@ def test_fullgraph_with_dynamic_shapes_specialises_and_works():
     assert recorder.targets.count(OP) == 2  # one graph per shape
 
 
+@pytest.mark.parametrize("backend", ["eager", "aot_eager", "inductor"])
+def test_fullgraph_with_a_python_float_that_changes_between_calls(backend):
+    """Dynamo makes a float that changed symbolic on its next compile: it goes through the
+    op as a value (no constant can hold it), forward and backward."""
+    scaled = interop.jax_call(jax.jit(lambda w, s: jnp.sin(w) * s))
+    recorder = _Recorder(backend)
+    compiled = torch.compile(lambda w, s: scaled(w, s).sum(), backend=recorder, fullgraph=True)
+    w = torch.linspace(-1.0, 1.0, 4)
+    for s in (0.5, 0.5, 2.0, -3.0):  # a learning rate, a temperature...
+        leaf = w.clone().requires_grad_()
+        value = compiled(leaf, s)
+        value.backward()
+        assert torch.allclose(value, torch.sin(w).sum() * s)
+        assert torch.allclose(leaf.grad, torch.cos(w) * s)
+    assert OP in recorder.targets
+
+
 def test_fullgraph_refuses_a_jax_array_argument_with_advice():
     w, b, x, index = _inputs(5)
     compiled = torch.compile(
