@@ -13,9 +13,12 @@ works as in vLLM's tests); its default answers what the provider installed with
 
 from __future__ import annotations
 
+import numbers
+import operator
 from collections.abc import Callable
 from contextvars import ContextVar, Token
 from types import TracebackType
+from typing import Any
 
 from functional_ws import InvalidSlotError
 from functional_ws._checks import check_int
@@ -61,8 +64,16 @@ def _refresh() -> None:
     provider = _replaced if _replaced is not None else _installed
 
 
+def plain_int(value: Any) -> Any:
+    """``value`` as an ``int`` where it is an integer of another type (a NumPy integer, as
+    the original accepts one), else unchanged (a ``bool`` too: the checks refuse it)."""
+    if type(value) is not int and isinstance(value, numbers.Integral):
+        return value if isinstance(value, bool) else operator.index(value)
+    return value
+
+
 def _check_index(name: str, value: object) -> int:
-    return check_int(value, f"Workspace {name}", error=InvalidSlotError)
+    return check_int(plain_int(value), f"Workspace {name}", error=InvalidSlotError)
 
 
 @run_eagerly_under_compile
@@ -198,7 +209,7 @@ def provided_ubatch() -> int:
     if provider is None:
         return 0
     return check_int(
-        provider(), f"the ubatch provider {provider!r}'s result", error=InvalidSlotError
+        plain_int(provider()), f"the ubatch provider {provider!r}'s result", error=InvalidSlotError
     )
 
 

@@ -144,8 +144,8 @@ class WorkspaceManager:
             )
         self._device = normalize_device(device)
         state = fws.initial_state(
-            1 if num_ubatches is None else num_ubatches,
-            num_lanes,
+            1 if num_ubatches is None else _context.plain_int(num_ubatches),
+            _context.plain_int(num_lanes),
             alignment=alignment,
             growth=growth,
             max_capacity=device_memory(self._device),

@@ -272,3 +272,22 @@ def test_bad_construction_is_refused_clearly(call, kind, fragments):
     for fragment in fragments:
         assert fragment in str(info.value), (fragment, str(info.value))
     assert not interop.is_workspace_manager_initialized()
+
+
+def test_numpy_integers_configure_as_the_original_accepts_them():
+    """The original takes NumPy integers for its counts and slot indices (as shapes take
+    them here); a bool is still refused."""
+    ws = WorkspaceManager(DEVICE, num_ubatches=np.int64(2), num_lanes=np.int32(2))
+    assert (ws.state.num_ubatches, ws.state.num_lanes) == (2, 2)
+    assert type(ws.state.num_ubatches) is int and type(ws.state.num_lanes) is int
+    with use_workspace_ubatch(np.int64(1)), use_workspace_lane(np.uint8(1)):
+        (view,) = ws.get_simultaneous(((4,), torch.float32))
+    assert ws.state.capacity((1, 1)) > 0 and ws.state.capacity((0, 0)) == 0 and view.numel() == 4
+    previous = interop.set_ubatch_provider(lambda: np.int64(1))
+    try:
+        ws.get_simultaneous(((8,), torch.uint8))
+        assert ws.state.slots[ws.state.index((1, 0))].capacity > 0
+    finally:
+        interop.set_ubatch_provider(previous)
+    with pytest.raises(ValueError, match="True"):
+        WorkspaceManager(DEVICE, num_lanes=np.bool_(True))
