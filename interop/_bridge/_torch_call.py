@@ -303,10 +303,12 @@ def torch_call(
     and complex ones; integer and bool inputs are not differentiated). The forward keeps
     its inputs (not torch's graph) until the backward. If JAX asks for the gradient of an
     input torch's autograd does not connect to any result (unused, ``detach()``, under
-    ``torch.no_grad()``), or a result without autograd history gets a nonzero cotangent,
-    the backward raises :class:`~interop.errors.NoGradientError` instead of returning
-    zeros: pass such an input (or result) through ``jax.lax.stop_gradient`` to say its
-    gradient is zero on purpose. Complex gradients follow JAX's convention.
+    ``torch.no_grad()``), or a result cut off from every input inside ``fn`` gets a nonzero
+    cotangent, the backward raises :class:`~interop.errors.NoGradientError` instead of
+    returning zeros: pass such an input (or result) through ``jax.lax.stop_gradient`` to
+    say its gradient is zero on purpose. (A result made only of inputs JAX does not
+    differentiate is no such case: it adds nothing, as in JAX.) Complex gradients follow
+    JAX's convention.
 
     ``fn``'s contract: it returns tensors of exactly the promised structure, shapes, dtypes
     (never cast) and device, or the call fails naming expected and got, with no output

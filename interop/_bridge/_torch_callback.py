@@ -262,8 +262,12 @@ def run_backward(
             result, or a result without autograd history that gets a nonzero cotangent.
     """
     before = _snapshot(tensors)
-    for index in wanted:
-        tensors[index].requires_grad_(True)
+    # Every floating input is tracked, not only the wanted ones: a result made of inputs
+    # JAX does not differentiate then has a history (and adds nothing to the gradients,
+    # as in JAX), and only a result cut off inside fn has none.
+    for tensor in tensors:
+        if tensor.is_floating_point() or tensor.is_complex():
+            tensor.requires_grad_(True)
     with torch.enable_grad():
         returned = _call_fn(fn, sig, tensors)
     if _snapshot(tensors) != before:

@@ -73,17 +73,34 @@ def test_vjp_with_several_results_and_an_unused_one():
 
 @pytest.mark.usefixtures("path")
 def test_only_the_inputs_jax_differentiates_are_asked_of_torch():
-    asked = []
+    """torch computes gradients for those alone (a hook on each input sees which flow), and
+    the forward tracks nothing."""
+    tracked, flowed = [], []
 
     def fn(x, w, steps):
-        asked.append((x.requires_grad, w.requires_grad, steps.requires_grad))
+        tracked.append((x.requires_grad, w.requires_grad, steps.requires_grad))
+        for name, t in (("x", x), ("w", w)):
+            if t.requires_grad:
+                t.register_hook(lambda grad, name=name: flowed.append(name))
         return x * w * steps
 
     layer = interop.torch_call(fn, lambda x, w, s: x)
     x, w, steps = jnp.ones(3, F32), jnp.full(3, 2.0, F32), jnp.arange(3, dtype=jnp.int32)
     g = jax.grad(lambda w: layer(x, w, steps).sum())(w)
     np.testing.assert_allclose(g, [0.0, 1.0, 2.0])
-    assert asked == [(False, False, False), (False, True, False)]  # forward, then backward
+    assert tracked[0] == (False, False, False)  # the forward
+    assert flowed == ["w"]  # the backward: x's gradient is never computed
+
+
+@pytest.mark.usefixtures("path")
+def test_a_result_made_only_of_inputs_jax_does_not_differentiate_adds_nothing():
+    """As in JAX: its cotangent reaches no differentiated input. Not a cut graph."""
+    pair = interop.torch_call(
+        lambda x, c: (x * 2, c * 3), lambda x, c: (spec(x.shape, x.dtype), spec(c.shape, c.dtype))
+    )
+    x, c = jnp.ones(3, F32), jnp.arange(3.0, dtype=F32)
+    got = jax.grad(lambda x: sum(jnp.sum(r) for r in pair(x, c)))(x)
+    np.testing.assert_array_equal(np.asarray(got), [2.0, 2.0, 2.0])
 
 
 def test_gradients_in_float64_are_exact_to_float64():
