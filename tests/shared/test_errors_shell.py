@@ -78,6 +78,7 @@ OTHER_BASES = {
     interop.errors.DeviceUnavailableError: RuntimeError,
     interop.errors.GrowthDuringCaptureError: RuntimeError,
     interop.errors.ReplanLimitError: RuntimeError,
+    interop.errors.AllocationSuppressedError: TypeError,  # and RuntimeError
     interop.errors.NotInitializedError: AssertionError,
     interop.errors.PersistentMismatchError: ValueError,
     interop.errors.ReadOnlyAttributeError: AttributeError,
