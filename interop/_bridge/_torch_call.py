@@ -242,7 +242,14 @@ def _differentiable(
 
     def backward(residuals: Any, cotangents: tuple[Any, ...]) -> tuple[Any, ...]:
         values, marks = residuals
-        wanted = [i for i, mark in enumerate(marks) if mark == ()]
+        # JAX may hand the forward another trace's flags of what it differentiates (a
+        # custom_vjp forward traced for one input's gradient, reused for another's: the
+        # gradient came back zero through lax.cond, checkpoint, scan or vmap, on jax
+        # 0.10.2 and, through checkpoint, 0.12.0.1; pure JAX too). So torch is asked for
+        # every floating input's gradient, and JAX keeps those it needs; the flags only
+        # say which inputs torch must reach (NoGradientError).
+        required = frozenset(i for i, mark in enumerate(marks) if mark == ())
+        wanted = [i for i, value in enumerate(values) if _floating(value.dtype)]
         cotangent_of = [
             i
             for i, ct in enumerate(cotangents)
@@ -253,13 +260,13 @@ def _differentiable(
         grad_specs = [_spec(values[i].shape, values[i].dtype) for i in wanted]
         if buffers:
             call = _torch_callback.call_buffers(
-                _torch_callback.backward_buffers(fn, sig, wanted, cotangent_of),
+                _torch_callback.backward_buffers(fn, sig, wanted, cotangent_of, required),
                 grad_specs,
                 backward_vmap,
             )
         else:
             call = _torch_callback.call_host(
-                _torch_callback.backward_host(fn, sig, wanted, cotangent_of),
+                _torch_callback.backward_host(fn, sig, wanted, cotangent_of, required),
                 grad_specs,
                 backward_vmap,
             )

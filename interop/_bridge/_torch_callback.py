@@ -30,7 +30,7 @@ import sys
 import threading
 import traceback
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any, NoReturn
 
 import jax
@@ -248,17 +248,19 @@ def run_backward(
     wanted: Sequence[int],
     cotangents: dict[int, torch.Tensor],
     device: torch.device,
+    required: Collection[int],
 ) -> list[torch.Tensor]:
     """The gradients of the inputs ``wanted`` (indices), from ``fn`` run again under autograd
     and ``torch.autograd.grad`` with ``cotangents`` (result index -> cotangent, in JAX's
-    convention; absent: zero).
+    convention; absent: zero). An input of ``wanted`` torch's autograd does not reach gets
+    zeros, unless it is ``required`` (one JAX differentiates): then the call fails.
 
     JAX's vector-Jacobian product of a complex function is the conjugate of torch's with a
     conjugated cotangent (torch's gradients are conjugate Wirtinger derivatives): both
     conjugations are made here.
 
     Raises:
-        NoGradientError: a wanted input that torch's autograd does not connect to any
+        NoGradientError: a required input that torch's autograd does not connect to any
             result, or a result without autograd history that gets a nonzero cotangent.
     """
     before = _snapshot(tensors)
@@ -293,6 +295,8 @@ def run_backward(
         grads = torch.autograd.grad(outputs, inputs, grad_outputs, allow_unused=True)
     found = []
     for index, grad in zip(wanted, grads, strict=True):
+        if grad is None and index not in required:  # asked for, not differentiated by JAX
+            grad = torch.zeros_like(tensors[index])
         if grad is None:
             raise NoGradientError(
                 f"torch_call: JAX asks for the gradient of input {sig.in_paths[index]} of "
@@ -410,7 +414,11 @@ def forward_buffers(fn: Callable[..., Any], sig: Signature) -> Callable[..., Non
 
 
 def backward_buffers(
-    fn: Callable[..., Any], sig: Signature, wanted: Sequence[int], cotangent_of: Sequence[int]
+    fn: Callable[..., Any],
+    sig: Signature,
+    wanted: Sequence[int],
+    cotangent_of: Sequence[int],
+    required: Collection[int],
 ) -> Callable[..., None]:
     """The ``buffer_callback`` body of a backward call: inputs are the primal inputs, then
     the cotangents of the results ``cotangent_of``; outputs the gradients of ``wanted``."""
@@ -423,10 +431,10 @@ def backward_buffers(
             device = targets[0].device
             primals, cts = tensors[:count], dict(zip(cotangent_of, tensors[count:], strict=True))
             if device.type != "cuda":
-                _write(targets, run_backward(fn, sig, primals, wanted, cts, device))
+                _write(targets, run_backward(fn, sig, primals, wanted, cts, device, required))
             else:  # pragma: no cover - CUDA: benchmarks/gpu_check.py
                 with _on_xla_stream(ctx, device):
-                    _write(targets, run_backward(fn, sig, primals, wanted, cts, device))
+                    _write(targets, run_backward(fn, sig, primals, wanted, cts, device, required))
         except BaseException as err:  # Ctrl-C and sys.exit too: raised as they are
             _fail(sig, err)
 
@@ -472,7 +480,11 @@ def forward_host(fn: Callable[..., Any], sig: Signature) -> Callable[..., Any]:
 
 
 def backward_host(
-    fn: Callable[..., Any], sig: Signature, wanted: Sequence[int], cotangent_of: Sequence[int]
+    fn: Callable[..., Any],
+    sig: Signature,
+    wanted: Sequence[int],
+    cotangent_of: Sequence[int],
+    required: Collection[int],
 ) -> Callable[..., Any]:
     """The ``pure_callback`` body of a backward call (the fallback)."""
     count = len(sig.in_paths)
@@ -481,7 +493,8 @@ def backward_host(
         try:
             tensors = [_host_tensor(a) for a in arrays]
             primals, cts = tensors[:count], dict(zip(cotangent_of, tensors[count:], strict=True))
-            return tuple(map(_host_array, run_backward(fn, sig, primals, wanted, cts, _CPU)))
+            grads = run_backward(fn, sig, primals, wanted, cts, _CPU, required)
+            return tuple(map(_host_array, grads))
         except BaseException as err:  # Ctrl-C and sys.exit too: raised as they are
             _fail(sig, err)
 

@@ -72,9 +72,8 @@ def test_vjp_with_several_results_and_an_unused_one():
 
 
 @pytest.mark.usefixtures("path")
-def test_only_the_inputs_jax_differentiates_are_asked_of_torch():
-    """torch computes gradients for those alone (a hook on each input sees which flow), and
-    the forward tracks nothing."""
+def test_the_backward_asks_torch_for_every_floating_input_and_jax_keeps_its_own():
+    """A hook on each input sees which gradients flow; the forward tracks nothing."""
     tracked, flowed = [], []
 
     def fn(x, w, steps):
@@ -89,7 +88,40 @@ def test_only_the_inputs_jax_differentiates_are_asked_of_torch():
     g = jax.grad(lambda w: layer(x, w, steps).sum())(w)
     np.testing.assert_allclose(g, [0.0, 1.0, 2.0])
     assert tracked[0] == (False, False, False)  # the forward
-    assert flowed == ["w"]  # the backward: x's gradient is never computed
+    # The backward computes every floating input's gradient (JAX's flags of what it
+    # differentiates may be another trace's); JAX keeps w's.
+    assert sorted(flowed) == ["w", "x"]
+
+
+@pytest.mark.usefixtures("path")
+@pytest.mark.parametrize("route", ["cond", "checkpoint", "scan", "vjp", "vmap"])
+def test_gradients_stay_right_after_gradients_by_other_inputs(route):
+    """jax 0.10 reuses a custom_vjp forward traced for another input's gradient (its flags
+    of what is differentiated stale): the gradient came back zero."""
+    layer = interop.torch_call(
+        lambda x, w: (torch.sin(x) * w).sum(-1),
+        lambda x, w: spec(x.shape[:-1], x.dtype),
+        vmap_method="sequential",
+    )
+    pure = lambda x, w: (jnp.sin(x) * w).sum(-1)  # noqa: E731
+    x, w = jnp.arange(20.0, dtype=F32).reshape(5, 4) / 7, jnp.linspace(0.5, 1.5, 4, dtype=F32)
+
+    def by_w(f):
+        loss = lambda w: f(x, w).sum()  # noqa: E731
+        if route == "cond":
+            return jax.grad(lambda w: jax.lax.cond(w[0] > 0, loss, lambda w: (w**2).sum(), w))(w)
+        if route == "checkpoint":
+            return jax.grad(jax.checkpoint(loss))(w)
+        if route == "scan":
+            return jax.grad(lambda w: jax.lax.scan(lambda c, _: (c + loss(w), None), 0.0,
+                                                   None, length=2)[0])(w)  # fmt: skip
+        if route == "vjp":
+            return jax.vjp(loss, w)[1](jnp.float32(1.0))[0]
+        return jax.grad(lambda w: jax.vmap(f, (0, None))(x[:, None], w).sum())(w)
+
+    jax.grad(lambda w: layer(x, w).sum())(w)  # by w, then by x: two traces of the forward
+    jax.grad(lambda x: layer(x, w).sum())(x)
+    np.testing.assert_allclose(np.asarray(by_w(layer)), np.asarray(by_w(pure)), rtol=1e-5)
 
 
 @pytest.mark.usefixtures("path")
