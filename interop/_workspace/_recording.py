@@ -6,8 +6,10 @@ them when the first recording starts and removes them when the last one ends), s
 manager that is not recording runs exactly its class's methods, at no cost.
 
 Each call is recorded once, as the outermost public call of its thread (``get_persistent``
-calling ``get_persistent_resource`` records the outer call); every call from every thread
-goes to every recording active when it returns; recordings nest.
+calling ``get_persistent_resource`` records the outer call), and so is each call the
+caller's code makes from inside one (a persistent factory's requests: they are requests of
+the run, which sizing must see; see :func:`user_code`); every call from every thread goes
+to every recording active when it returns; recordings nest.
 """
 
 from __future__ import annotations
@@ -41,6 +43,30 @@ RECORDED = (
 )
 
 
+#: Per thread, the recorders whose calls are running, innermost last; ``None`` marks the
+#: caller's code running inside one (:func:`user_code`).
+_running = threading.local()
+
+
+def _stack() -> list[Any]:
+    stack: list[Any] | None = getattr(_running, "stack", None)
+    if stack is None:
+        stack = _running.stack = []
+    return stack
+
+
+@contextmanager
+def user_code() -> Iterator[None]:
+    """Run the caller's code (a persistent factory): the manager's calls it makes are
+    recorded as calls of their own, not taken for the manager's internal ones."""
+    stack = _stack()
+    stack.append(None)
+    try:
+        yield
+    finally:
+        stack.pop()
+
+
 class Recorder:
     """The recordings running on one manager (which holds it; the recorder holds no
     reference to the manager, so dropping a manager frees it at once).
@@ -57,7 +83,6 @@ class Recorder:
         self._current_slot = current_slot
         self._lock = threading.Lock()
         renew_after_fork(self, "_lock")  # a fork while another thread holds it
-        self._depth = threading.local()
 
     @contextmanager
     def recording(self, manager: Any) -> Iterator[History]:
@@ -82,9 +107,11 @@ class Recorder:
     def call(
         self, manager: Any, name: str, method: Callable[..., Any], args: Any, kwargs: Any
     ) -> Any:
-        """Run ``method(*args, **kwargs)`` and record it (if it is the outermost call)."""
-        depth = getattr(self._depth, "value", 0)
-        self._depth.value = depth + 1
+        """Run ``method(*args, **kwargs)`` and record it, unless it is one the manager makes
+        inside another call of its own."""
+        stack = _stack()
+        inner = bool(stack) and stack[-1] is self
+        stack.append(self)
         error = None
         try:
             return method(*args, **kwargs)
@@ -92,8 +119,8 @@ class Recorder:
             error = err
             raise
         finally:
-            self._depth.value = depth
-            if depth == 0:
+            stack.pop()
+            if not inner:
                 self._record(manager, name, args, kwargs, error)
 
     def _record(

@@ -22,6 +22,7 @@ from .._errors import ReplanLimitError
 from ._engine import MAX_PLANS, Engine
 from ._memo import Memos, memoise, memoise_retained
 from ._persistent import PersistentTables
+from ._recording import user_code
 from ._requests import check_torch_dtypes, user_code_of_key
 
 T = TypeVar("T")
@@ -149,7 +150,8 @@ class Server:
             return table[key]  # type: ignore[no-any-return]
         if not callable(factory):
             raise TypeError(f"factory must be a callable returning the resource, got {factory!r}.")
-        resource = factory()
+        with user_code():  # its requests are the run's: a recording keeps them
+            resource = factory()
         self.engine.update(
             lambda state: fws.claim(state, slot, key, admitted=True)[0], user_code_of_key(key)
         )

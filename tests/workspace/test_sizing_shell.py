@@ -210,3 +210,27 @@ def test_a_recording_sees_reserve_for():
         ws.reserve_for(fws.Trace().acquire((0, 0), ((10,), F32)))
     assert history[1].call.startswith("reserve_for(") and history[1].event is None
     assert len(history.trace()) == 0
+
+
+def test_requests_a_persistent_factory_makes_are_in_the_trace():
+    """A factory may call the manager: its requests are the run's, and sizing must see
+    them (a reservation from a trace without them was too small)."""
+    ws = WorkspaceManager("cpu")
+
+    def build_table():
+        (scratch,) = ws.get_simultaneous(((1 << 20,), torch.uint8))
+        return scratch.sum()
+
+    with ws.recording() as history:
+        ws.get_simultaneous(((1024,), torch.uint8))
+        ws.get_persistent_resource("table", build_table)
+        ws.get_persistent("t", (4,), F32)  # still one event: the inner call is its own
+    assert [(e.kind, e.nbytes, e.key) for e in history.trace()] == [
+        ("acquire", (1024,), None),
+        ("acquire", (1 << 20,), None),
+        ("claim", (), "table"),
+        ("claim", (), (torch.Tensor, "t")),
+    ]
+    fresh = WorkspaceManager("cpu")
+    fresh.reserve_for(history.trace())
+    assert fresh.state.capacity((0, 0)) == 1 << 20
