@@ -234,3 +234,35 @@ def test_requests_a_persistent_factory_makes_are_in_the_trace():
     fresh = WorkspaceManager("cpu")
     fresh.reserve_for(history.trace())
     assert fresh.state.capacity((0, 0)) == 1 << 20
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        RuntimeError("[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate "
+                     "memory: you tried to allocate 17179869184 bytes."),
+        "jax",
+        "capture",
+    ],
+    ids=["torch-cpu", "jax", "graph-capture"],
+)  # fmt: skip
+def test_every_kind_of_out_of_memory_keeps_the_request_in_the_trace(error, monkeypatch):
+    import jax
+
+    from interop import errors
+    from interop._workspace import _engine
+
+    ws = WorkspaceManager("cpu")
+    ws.get_simultaneous(((1024,), torch.uint8))
+    if error == "jax":
+        error = jax.errors.JaxRuntimeError("RESOURCE_EXHAUSTED: Out of memory allocating 16 GiB")
+    elif error == "capture":
+        error = errors.GrowthDuringCaptureError("the stream is capturing a CUDA graph")
+
+    def fails(*args, **kwargs):
+        raise error
+
+    monkeypatch.setattr(_engine.Engine, "_install", fails)
+    with ws.recording() as history, pytest.raises(type(error)):
+        ws.get_simultaneous(((1 << 20,), torch.uint8))
+    assert [e.nbytes for e in history.trace()] == [(1 << 20,)]
