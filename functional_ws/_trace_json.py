@@ -134,6 +134,13 @@ def events_from_json(text: str | bytes) -> tuple[TraceEvent, ...]:
             f"{type(text).__name__} {text!r:.80}."
         )
     try:
+        return _events_from_json(text)
+    except RecursionError:  # JSON nested deeper than any key a trace writes
+        raise InvalidTraceError("text is nested too deeply to be a trace.") from None
+
+
+def _events_from_json(text: str | bytes | bytearray) -> tuple[TraceEvent, ...]:
+    try:
         data = json.loads(text)
     except ValueError as err:  # JSONDecodeError, and bytes that are not UTF-8
         raise InvalidTraceError(f"text is not JSON: {err}.") from None

@@ -186,6 +186,10 @@ BAD_JSON = [
      fws.InvalidTraceError, ["version", "2"]),
     ("events", '{"format": "functional-ws/trace", "version": 1, "events": {}}',
      fws.InvalidTraceError, ["trace['events']", "{}"]),
+    ("nested-json", "[" * 100_000 + "]" * 100_000, fws.InvalidTraceError, ["nested too deeply"]),
+    ("nested-key", '{"format": "functional-ws/trace", "version": 1, "events": [{"kind": '
+     '"claim", "slot": [0, 0], "key": ' + '{"tuple": [' * 2000 + "]}" * 2000 + "}]}",
+     fws.InvalidTraceError, ["nested too deeply"]),
 ]  # fmt: skip
 
 
