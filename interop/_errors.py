@@ -59,6 +59,14 @@ class DeviceNotVisibleError(ZeroCopyError):
     reason = "device"
 
 
+class FakeTensorError(ZeroCopyError, RuntimeError):
+    """The tensor has no bytes: a fake tensor (``FakeTensorMode``, a ``make_fx`` or
+    ``torch.export`` trace) holds shapes only. A ``RuntimeError`` too, as torch raises for
+    the data pointer of such a tensor."""
+
+    reason = "fake"
+
+
 class LazyViewError(ZeroCopyError):
     """The tensor has one of torch's lazy bits set: its bytes are not its values."""
 
@@ -443,7 +451,7 @@ class ReadOnlyAttributeError(WorkspaceError, AttributeError):
 #: Every class above, as :mod:`interop` exports it.
 PUBLIC_ERRORS: tuple[type[Exception], ...] = (
     HandoffError, ZeroCopyError, UnsupportedLayoutError, MisalignedViewError,
-    DeviceNotVisibleError, LazyViewError, ConjugateBitError, NegativeBitError,
+    DeviceNotVisibleError, FakeTensorError, LazyViewError, ConjugateBitError, NegativeBitError,
     ShardedArrayError, GradientTrackedError, X64DisabledError, UnsupportedDtypeError,
     StreamTypeError, StreamDeviceError, DeletedArrayError, FunctionNotCallableError,
     UnsupportedPytreeError, JaxSettingError,

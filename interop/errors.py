@@ -52,6 +52,7 @@ from ._errors import ConjugateBitError as ConjugateBitError
 from ._errors import DeletedArrayError as DeletedArrayError
 from ._errors import DeviceNotVisibleError as DeviceNotVisibleError
 from ._errors import DeviceUnavailableError as DeviceUnavailableError
+from ._errors import FakeTensorError as FakeTensorError
 from ._errors import FunctionNotCallableError as FunctionNotCallableError
 from ._errors import GradientTrackedError as GradientTrackedError
 from ._errors import GrowthDuringCaptureError as GrowthDuringCaptureError
@@ -113,6 +114,7 @@ __all__ = [
     "DeletedArrayError",
     "DeviceNotVisibleError",
     "DeviceUnavailableError",
+    "FakeTensorError",
     "FunctionNotCallableError",
     "GradientTrackedError",
     "GrowthDuringCaptureError",

@@ -46,6 +46,7 @@ import contextlib
 import dataclasses
 import sys
 import threading
+import warnings
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -59,6 +60,7 @@ from .. import _private
 from .._errors import (
     DeletedArrayError,
     DeviceNotVisibleError,
+    FakeTensorError,
     MisalignedViewError,
     ShardedArrayError,
     UnsupportedDtypeError,
@@ -175,6 +177,14 @@ def import_tensor(tensor: torch.Tensor, target: Target, stream: Any) -> jax.Arra
     ``stream``: the torch stream whose queued work the array is ordered after (CUDA only;
     ``None`` means the tensor's current stream).
     """
+    if type(tensor) is not torch.Tensor and tensor.numel() and not _has_bytes(tensor):
+        raise FakeTensorError(
+            f"to_jax: the {type(tensor).__name__} (shape={tuple(tensor.shape)}, "
+            f"dtype={tensor.dtype}) has no bytes JAX could alias: a fake tensor (under "
+            "FakeTensorMode, or a trace by make_fx or torch.export) holds shapes only, "
+            "and JAX would read address 0. Hand JAX real tensors; to trace a jax_call, "
+            "torch.compile holds it whole as a custom op."
+        )
     try:
         if use_private_path:
             try:
@@ -186,6 +196,16 @@ def import_tensor(tensor: torch.Tensor, target: Target, stream: Any) -> jax.Arra
         if isinstance(err, ZeroCopyError):
             raise
         raise _translate(err, tensor) from None
+
+
+def _has_bytes(tensor: torch.Tensor) -> bool:
+    """Whether a tensor of a subclass has storage with an address (a fake one has none)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # FakeTensor warns that its pointer means nothing
+        try:
+            return bool(tensor.data_ptr())
+        except RuntimeError:  # "Cannot access data pointer of Tensor that doesn't have storage"
+            return False
 
 
 @contextlib.contextmanager

@@ -316,3 +316,19 @@ def test_only_permuted_layouts_meet_the_probe(monkeypatch):
     monkeypatch.setitem(_dlpack._permuted_ok, _dlpack.target_for(view), False)
     with pytest.raises(interop.errors.UnsupportedLayoutError, match="dense strides"):
         interop.to_jax(view[::2])
+
+
+def test_a_fake_tensor_is_refused_not_read_at_address_zero():
+    """Under FakeTensorMode a tensor holds shapes only; JAX read garbage (to_jax) or the
+    process died (jax_call)."""
+    import jax
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    double = interop.jax_call(jax.jit(lambda a: a * 2))
+    with FakeTensorMode():
+        fake = torch.ones(4)
+        with pytest.raises(interop.errors.FakeTensorError, match="no bytes") as info:
+            interop.to_jax(fake)
+        assert isinstance(info.value, RuntimeError) and isinstance(info.value, BufferError)
+        with pytest.raises(interop.errors.FakeTensorError):
+            double(fake)

@@ -22,6 +22,7 @@ REFUSALS = {
     interop.errors.UnsupportedLayoutError: ValueError,
     interop.errors.MisalignedViewError: ValueError,
     interop.errors.DeviceNotVisibleError: ValueError,
+    interop.errors.FakeTensorError: RuntimeError,  # and ValueError
     interop.errors.LazyViewError: ValueError,
     interop.errors.ConjugateBitError: ValueError,
     interop.errors.NegativeBitError: ValueError,
