@@ -9,10 +9,13 @@ The format (``functional-ws/trace``, version 1)::
       {"kind": "claim", "slot": [1, 0], "key": "scales"}]}
 
 Keys. A key is written exactly when it is ``None``, a ``bool``, a ``str``, an ``int``, a
-finite ``float`` (exact types: a subclass such as an ``IntEnum`` is not) or a ``tuple`` of
-keys, a tuple as ``{"tuple": [...]}`` since JSON has none (vLLM's keys are tuples such as
-``("deepseek", 3)``); those read back equal. Any other key (a class, as in
-``get_persistent``'s ``(torch.Tensor, key)``; an enum; a frozenset) is written as
+finite ``float`` or a ``tuple`` of keys, a tuple as ``{"tuple": [...]}`` since JSON has
+none (vLLM's keys are tuples such as ``("deepseek", 3)``); those read back equal. A key
+that equals such a value and hashes as it (a NumPy integer or float, a ``torch.Size``, a
+named tuple, a ``str`` subclass) is written as that plain value: it reads back equal though
+of the plain type, so it spells as the key a manager holds for it. Any other key (a class,
+as in ``get_persistent``'s ``(torch.Tensor, key)``; an enum, whose name the JSON keeps; a
+frozenset) is written as
 ``{"repr": "..."}`` and read back as a :class:`~functional_ws.ReprKey` with that text,
 which equals no live object: :func:`functional_ws.replay` therefore compares a claim's key
 with the persistent keys of a state by :func:`key_spelling` too, so that a trace read back
@@ -22,10 +25,15 @@ replays exactly as the trace that was written. Two distinct live keys with the s
 
 from __future__ import annotations
 
+import enum
 import json
 import math
+import numbers
+import operator
 from collections.abc import Hashable
 from typing import Any
+
+import numpy as np
 
 from ._checks import check_int
 from ._errors import InvalidTraceError, TraceTypeError
@@ -54,6 +62,9 @@ def key_to_json(key: Hashable) -> Any:
         return {"tuple": [key_to_json(k) for k in key]}  # type: ignore[attr-defined]
     if kind is ReprKey:
         return {"repr": key.text}  # type: ignore[attr-defined]
+    plain = _plain_value(key)
+    if plain is not _NO_PLAIN:
+        return key_to_json(plain)
     try:
         return {"repr": repr(key)}
     except Exception as err:
@@ -61,6 +72,28 @@ def key_to_json(key: Hashable) -> Any:
             f"a key of type {kind.__name__} cannot be written: its repr raised "
             f"{type(err).__name__}: {err}"
         ) from None
+
+
+_NO_PLAIN = object()
+
+
+def _plain_value(key: Hashable) -> Any:
+    """The plain JSON-able value ``key`` equals and hashes as (a NumPy number's, a tuple
+    subclass's tuple, a ``str`` subclass's str), or ``_NO_PLAIN`` (an enum keeps its name)."""
+    if isinstance(key, enum.Enum):
+        return _NO_PLAIN
+    if isinstance(key, tuple):
+        return tuple(key)
+    if isinstance(key, str):
+        return key[:]  # a slice of a str subclass is a str
+    if isinstance(key, bool | np.bool_):
+        return bool(key)
+    if isinstance(key, numbers.Integral):
+        return operator.index(key)
+    if isinstance(key, float | np.floating):
+        value = float(key)
+        return value if math.isfinite(value) and value == key else _NO_PLAIN
+    return _NO_PLAIN
 
 
 def key_from_json(data: Any, where: str = "key") -> Hashable:

@@ -1,5 +1,6 @@
 """Traces: built by appending, immutable and hashable, through JSON and back, bad input refused."""
 
+import collections
 import enum
 import json
 
@@ -166,6 +167,23 @@ def test_other_keys_go_by_repr_and_read_back_stably(key):
     back = fws.Trace.from_json(t.to_json())
     assert repr(back.events[0].key) == repr(key)
     assert fws.Trace.from_json(back.to_json()) == back  # a second round trip changes nothing
+
+
+Point = collections.namedtuple("Point", "x y")
+
+
+@pytest.mark.parametrize(
+    ("live", "held"),
+    [(("scales", np.int64(3)), ("scales", 3)), (Point(4, 4), (4, 4)), (np.float32(0.5), 0.5)],
+    ids=["numpy-int", "named-tuple", "numpy-float"],
+)
+def test_a_key_equal_to_a_plain_one_reads_back_as_it_and_replays_as_written(live, held):
+    """Its repr would spell it otherwise than the key the manager holds for it."""
+    state = fws.lock(fws.claim(fws.initial_state(), (0, 0), held)[0])
+    written = fws.Trace().claim((0, 0), live)
+    back = fws.Trace.from_json(written.to_json())
+    assert back.events[0].key == live and type(back.events[0].key) is type(held)
+    assert fws.replay(state, back) == fws.replay(state, written) == ()
 
 
 def test_a_key_read_back_by_repr_is_a_repr_key():
