@@ -122,10 +122,10 @@ def init_workspace_manager(
         device, num_ubatches, num_lanes, alloc_context, growth=growth, allocator=allocator
     )
     previous = _current()
-    if previous is not None:
+    if previous is not None:  # perhaps a stand-in a test patched in: read as vLLM reads it
         logger.warning(
             "WorkspaceManager already initialized on device %s, reinitializing on device %s",
-            previous.device,
+            getattr(previous, "_device", getattr(previous, "device", "unknown")),
             manager.device,
         )
     _PACKAGE._manager = manager  # type: ignore[attr-defined]

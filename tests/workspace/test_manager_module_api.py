@@ -2,6 +2,7 @@
 
 import inspect
 import logging
+import types
 
 import pytest
 import torch
@@ -76,6 +77,21 @@ def test_init_again_warns_and_replaces(caplog):
     assert "already initialized" in caplog.text and "reinitializing" in caplog.text
     assert current_workspace_manager() is not first
     assert current_workspace_manager().state.growth == "ubatches"
+
+
+@pytest.mark.parametrize(
+    "stand_in",
+    [types.SimpleNamespace(_device=torch.device("cpu")), types.SimpleNamespace()],
+    ids=["upstreams-attribute", "bare"],
+)
+def test_init_over_a_stand_in_a_test_patched_in_replaces_it(stand_in, monkeypatch, caplog):
+    """vLLM's tests patch ``_manager``; upstream reads ``_manager._device`` (not ``device``)
+    to warn, then installs the new manager."""
+    monkeypatch.setattr(interop, "_manager", stand_in)
+    with caplog.at_level(logging.WARNING, logger="interop"):
+        init_workspace_manager(DEVICE)
+    assert "reinitializing" in caplog.text
+    assert isinstance(current_workspace_manager(), interop.WorkspaceManager)
 
 
 def test_init_passes_alloc_context_through():
