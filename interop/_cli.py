@@ -59,8 +59,10 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     parser.add_argument(
         "--png",
         default=None,
+        type=_png,
         metavar="PATH",
-        help="where to write the layout picture (default: a file in the temporary directory)",
+        help="where to write the layout picture, a .png file (default: a file in the "
+        "temporary directory)",
     )
     return parser
 
@@ -72,9 +74,20 @@ def _torch_device(value: str) -> Any:
         device = torch.device(value)
     except RuntimeError as err:
         raise argparse.ArgumentTypeError(f"{value!r} is not a torch device ({err})") from None
+    if device.type not in ("cpu", "cuda"):
+        raise argparse.ArgumentTypeError(f"{value!r}: the demo runs on cpu or cuda")
     if device.type == "cuda" and not torch.cuda.is_available():
         raise argparse.ArgumentTypeError(f"{value!r}: this torch sees no CUDA device")
     return device
+
+
+def _png(value: str) -> Any:
+    from ._demo import png_path
+
+    try:
+        return png_path(value)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:

@@ -47,11 +47,17 @@ def run_demo(
     Args:
         device: where the workspace lives; :func:`default_device` when ``None``.
         png: where to write the picture; a file in the temporary directory when ``None``.
+            A path without a suffix gets ``.png`` (the returned path says so).
 
     Returns:
         The PNG's path, or ``None`` when matplotlib is not installed (the demo then says
         how to install it; everything else runs as usual).
+
+    Raises:
+        ValueError: ``png`` names no ``.png`` file (another suffix, an existing folder, a
+            folder that does not exist), before the demo runs.
     """
+    png = None if png is None else png_path(png)
     device = default_device() if device is None else device
     # An MoE layer's two scratch tensors (DeepSeek-V3 sizes: 8192 tokens x 7168 hidden, top-8),
     # an attention scratch and the sampler's logits kept in a retained tail; 16x fewer
@@ -191,6 +197,26 @@ def figure_summary(figure: Any) -> str:
                 colour = handle.get_color() if colour is None else colour
                 lines.append(f"  legend {label.get_text()!r} {to_hex(colour)}")
     return "\n".join(lines)
+
+
+def png_path(png: str | os.PathLike[str]) -> Path:
+    """Where the picture goes for ``png``: ``.png`` added to a path without a suffix.
+
+    Raises:
+        ValueError: another suffix, an empty path, an existing folder, or a folder that does
+            not exist, naming ``png``.
+    """
+    text = os.fspath(png)
+    path = Path(text)
+    if not text or text.endswith(("/", os.sep)) or path.is_dir():
+        raise ValueError(f"png must name a file, got {text!r} (empty, or a folder).")
+    if not path.suffix:
+        path = path.with_suffix(".png")
+    if path.suffix.lower() != ".png":
+        raise ValueError(f"png must name a .png file, got {text!r}.")
+    if not path.parent.is_dir():
+        raise ValueError(f"png {text!r}: the folder {str(path.parent)!r} does not exist.")
+    return path
 
 
 def _write_picture(ws: WorkspaceManager, png: str | os.PathLike[str] | None) -> Path | None:

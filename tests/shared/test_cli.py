@@ -14,6 +14,7 @@ import torch
 
 import interop
 from interop._cli import main
+from interop._demo import png_path
 from interop._diagnostics import is_user_file
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -46,8 +47,12 @@ def test_help_takes_the_console_scripts_name_from_argv(monkeypatch, capsys):
 
 @pytest.mark.parametrize(
     ("device", "complaint"),
-    [("bogus", "'bogus' is not a torch device"), ("cuda", "'cuda': this torch sees no CUDA")],
-    ids=["unknown", "cuda-without-cuda"],
+    [
+        ("bogus", "'bogus' is not a torch device"),
+        ("cuda", "'cuda': this torch sees no CUDA"),
+        ("meta", "'meta': the demo runs on cpu or cuda"),
+    ],
+    ids=["unknown", "cuda-without-cuda", "meta"],
 )
 def test_a_bad_device_is_a_usage_error(device, complaint, capsys):
     if device == "cuda" and torch.cuda.is_available():
@@ -57,6 +62,32 @@ def test_a_bad_device_is_a_usage_error(device, complaint, capsys):
     assert exit_.value.code == 2
     err = capsys.readouterr().err
     assert "python -m interop: error: argument --device: " + complaint in err
+
+
+@pytest.mark.parametrize(
+    ("png", "complaint"),
+    [
+        ("x.jpg", "must name a .png file, got 'x.jpg'"),
+        ("", "must name a file, got ''"),
+        ("nowhere/x.png", "the folder 'nowhere' does not exist"),
+    ],
+    ids=["jpg", "empty", "missing-folder"],
+)
+def test_a_png_that_cannot_be_written_is_a_usage_error_before_the_demo(png, complaint, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["--device", "cpu", "--png", png], prog="python -m interop")
+    assert exit_.value.code == 2
+    captured = capsys.readouterr()
+    assert "python -m interop: error: argument --png: png " in captured.err
+    assert complaint in captured.err and captured.out == ""  # nothing of the demo ran
+
+
+def test_a_png_without_a_suffix_gets_one_and_the_demo_says_which_file(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "pictures").mkdir()
+    assert png_path("layout") == Path("layout.png")
+    with pytest.raises(ValueError, match="a folder"):
+        png_path("pictures")
 
 
 def test_the_module_runs_the_demo_and_its_refusal_names_the_demos_line(tmp_path):
