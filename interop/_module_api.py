@@ -122,10 +122,14 @@ def init_workspace_manager(
         device, num_ubatches, num_lanes, alloc_context, growth=growth, allocator=allocator
     )
     previous = _current()
-    if previous is not None:  # perhaps a stand-in a test patched in: read as vLLM reads it
+    if previous is not None:
+        if isinstance(previous, WorkspaceManager):
+            shown: object = previous.device
+        else:  # a stand-in a test patched in: upstream's manager keeps its device in _device
+            shown = getattr(previous, "__dict__", {}).get("_device", "unknown")
         logger.warning(
             "WorkspaceManager already initialized on device %s, reinitializing on device %s",
-            getattr(previous, "_device", getattr(previous, "device", "unknown")),
+            shown,
             manager.device,
         )
     _PACKAGE._manager = manager  # type: ignore[attr-defined]
