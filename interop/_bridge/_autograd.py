@@ -399,18 +399,19 @@ def call_differentiably(
         else:
             kinds.append(_vjp.STATIC)
             statics.append(leaf)
-    signature = (treedef, tuple(kinds), tuple(statics))
-    key = (treedef, signature[1], _vjp.static_key(statics))  # 1, 1.0, True: three plans
+    leaf_kinds, static_leaves = tuple(kinds), tuple(statics)
+    key = (treedef, leaf_kinds, _vjp.static_key(static_leaves))  # 1, 1.0, True: three plans
     plans = function.plans
     try:
         plan = plans.get(key)
     except TypeError:  # an unhashable static leaf: a plan for this call alone, eager
-        plan = _vjp.Plan(function, _vjp.Signature(*signature), jitted=False)
+        signature = _vjp.Signature(treedef, leaf_kinds, static_leaves)
+        plan = _vjp.Plan(function, signature, jitted=False)
     if plan is None:
         if len(plans) >= MAX_PLANS:
             del plans[next(iter(plans))]
-        plan = _vjp.Plan(function, _vjp.Signature(*signature), jitted=function.jitted)
-        plans[key] = plan
+        signature = _vjp.Signature(treedef, leaf_kinds, static_leaves)
+        plan = plans[key] = _vjp.Plan(function, signature, jitted=function.jitted)
     n_diff = len(diff)
     slots_of_tensors = tuple(s + n_diff if s >= 0 else -1 for s in slots)
     call = Call(plan, n_diff, arrays, slots_of_tensors, wrapper=function.live())

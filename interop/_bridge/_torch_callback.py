@@ -264,7 +264,7 @@ def run_backward(
             result, or a result without autograd history that gets a nonzero cotangent.
     """
     before = _snapshot(tensors)
-    # Every floating input is tracked, not only the wanted ones: a result made of inputs
+    # Every floating input is tracked, whatever ``wanted`` holds: a result made of inputs
     # JAX does not differentiate then has a history (and adds nothing to the gradients,
     # as in JAX), and only a result cut off inside fn has none.
     for tensor in tensors:
