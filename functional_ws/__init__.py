@@ -27,8 +27,10 @@ from ._diff import Diff as Diff
 from ._diff import diff as diff
 from ._errors import CapacityLimitError as CapacityLimitError
 from ._errors import InvalidConfigError as InvalidConfigError
+from ._errors import InvalidConfigTypeError as InvalidConfigTypeError
 from ._errors import InvalidPlanError as InvalidPlanError
 from ._errors import InvalidSlotError as InvalidSlotError
+from ._errors import InvalidSlotTypeError as InvalidSlotTypeError
 from ._errors import InvalidSpecError as InvalidSpecError
 from ._errors import InvalidTraceError as InvalidTraceError
 from ._errors import LaneNotConfiguredError as LaneNotConfiguredError
@@ -75,8 +77,10 @@ __all__ = [
     "Growth",
     "GrowthPolicy",
     "InvalidConfigError",
+    "InvalidConfigTypeError",
     "InvalidPlanError",
     "InvalidSlotError",
+    "InvalidSlotTypeError",
     "InvalidSpecError",
     "InvalidTraceError",
     "LaneNotConfiguredError",

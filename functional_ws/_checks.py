@@ -21,6 +21,7 @@ def check_int(
     minimum: int = 0,
     maximum: int | None = None,
     error: type[Exception] = ValueError,
+    type_error: type[Exception] | None = None,
 ) -> int:
     """``value`` if it is an ``int`` (not a ``bool``) in ``[minimum, maximum]``; else raise.
 
@@ -30,6 +31,8 @@ def check_int(
         minimum: the smallest value allowed; 0 reads "non-negative", 1 "at least one".
         maximum: the largest value allowed, or ``None``.
         error: the exception class to raise.
+        type_error: the class to raise where ``value`` is not an ``int`` at all (the
+            original's ``TypeError`` cases); ``None``: ``error``.
 
     Returns:
         ``value``, unchanged.
@@ -50,7 +53,7 @@ def check_int(
         ValueError: lane must be an int, got True.
     """
     if not is_int(value):
-        raise error(f"{name} must be an int, got {value!r}.")
+        raise (type_error or error)(f"{name} must be an int, got {value!r}.")
     if value < minimum:
         bound = {0: "non-negative", 1: "at least one"}.get(minimum, f"at least {minimum}")
         raise error(f"{name} must be {bound}, got {value}.")

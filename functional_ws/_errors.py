@@ -27,6 +27,11 @@ class InvalidConfigError(WorkspaceError, ValueError):
     or the capacity limit."""
 
 
+class InvalidConfigTypeError(InvalidConfigError, TypeError):
+    """A configuration count of the wrong type (``num_lanes=2.0``, ``num_ubatches="2"``): a
+    ``TypeError`` as well, as the original raises one (it multiplies a list by the count)."""
+
+
 class InvalidPlanError(WorkspaceError, ValueError):
     """A plan (``functional_ws.from_dict`` data, or a plan file) is malformed, inconsistent
     or made for another configuration. The message names the field (and the file)."""
@@ -34,6 +39,11 @@ class InvalidPlanError(WorkspaceError, ValueError):
 
 class InvalidSlotError(WorkspaceError, ValueError):
     """A lane or ubatch index is negative or not an integer."""
+
+
+class InvalidSlotTypeError(InvalidSlotError, TypeError):
+    """A lane or ubatch index that is not an integer (``1.5``, ``"0"``): a ``TypeError`` as
+    well, as the original raises one (comparing it, or indexing its list with it)."""
 
 
 class LaneNotConfiguredError(WorkspaceError, RuntimeError):
@@ -146,8 +156,10 @@ for _error in (
     WorkspaceError,
     InvalidSpecError,
     InvalidConfigError,
+    InvalidConfigTypeError,
     InvalidPlanError,
     InvalidSlotError,
+    InvalidSlotTypeError,
     InvalidTraceError,
     TraceTypeError,
     TraceMismatchError,

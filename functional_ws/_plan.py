@@ -98,7 +98,7 @@ def from_dict(data: dict[str, Any]) -> WorkspaceState:
         name: _field(data, name, "plan")
         for name in ("num_ubatches", "num_lanes", "alignment", "growth")
     }
-    check_config(**config, error=InvalidPlanError, where="plan")
+    check_config(**config, error=InvalidPlanError, type_error=InvalidPlanError, where="plan")
     locked = _field(data, "locked", "plan")
     if not isinstance(locked, bool):
         raise InvalidPlanError(f"plan['locked'] must be a bool, got {locked!r}.")

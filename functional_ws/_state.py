@@ -41,7 +41,9 @@ from ._build import fast_constructor, fast_replacer
 from ._checks import check_int
 from ._errors import (
     InvalidConfigError,
+    InvalidConfigTypeError,
     InvalidSlotError,
+    InvalidSlotTypeError,
     LaneNotConfiguredError,
     UbatchNotConfiguredError,
 )
@@ -141,8 +143,10 @@ class WorkspaceState(Presented):
         if not isinstance(slot, tuple) or len(slot) != 2:
             raise InvalidSlotError(f"slot must be an (ubatch, lane) pair, got {slot!r}.")
         ubatch, lane = slot
-        check_int(ubatch, "Workspace ubatch", error=InvalidSlotError)
-        check_int(lane, "Workspace lane", error=InvalidSlotError)
+        check_int(
+            ubatch, "Workspace ubatch", error=InvalidSlotError, type_error=InvalidSlotTypeError
+        )
+        check_int(lane, "Workspace lane", error=InvalidSlotError, type_error=InvalidSlotTypeError)
         if lane >= self.num_lanes:
             raise LaneNotConfiguredError(
                 f"Workspace lane {lane} is not configured; manager has {self.num_lanes} "
@@ -197,6 +201,7 @@ def check_config(
     max_capacity: object = None,
     *,
     error: type[Exception] = InvalidConfigError,
+    type_error: type[Exception] = InvalidConfigTypeError,
     where: str = "",
 ) -> None:
     """Refuse a configuration no workspace can have, naming the field and its value.
@@ -207,6 +212,8 @@ def check_config(
         growth: one of :data:`GROWTH_POLICIES`.
         max_capacity: ``None`` or a positive int.
         error: the exception class (plans raise ``InvalidPlanError``).
+        type_error: the class for a number that is not an ``int`` (``num_lanes=2.0``): a
+            ``TypeError`` too by default, as the original raises.
         where: a prefix for field names (``"plan"`` makes them ``plan['num_lanes']``).
 
     Raises:
@@ -216,18 +223,19 @@ def check_config(
     def name(field: str) -> str:
         return f"{where}[{field!r}]" if where else field
 
-    ubatches = check_int(num_ubatches, name("num_ubatches"), minimum=1, error=error)
-    lanes = check_int(num_lanes, name("num_lanes"), minimum=1, error=error)
+    ints = {"error": error, "type_error": type_error}
+    ubatches = check_int(num_ubatches, name("num_ubatches"), minimum=1, **ints)
+    lanes = check_int(num_lanes, name("num_lanes"), minimum=1, **ints)
     if ubatches * lanes > MAX_SLOTS:
         raise error(
             f"{name('num_ubatches')} x {name('num_lanes')} = {ubatches} x {lanes} slots is "
             f"more than the {MAX_SLOTS} a workspace may have."
         )
-    check_int(alignment, name("alignment"), minimum=1, maximum=2**30, error=error)
+    check_int(alignment, name("alignment"), minimum=1, maximum=2**30, **ints)
     assert isinstance(alignment, int)
     if alignment & (alignment - 1):
         raise error(f"{name('alignment')} must be a positive power of two, got {alignment!r}.")
     if growth not in GROWTH_POLICIES:
         raise error(f"{name('growth')} must be one of {GROWTH_POLICIES}, got {growth!r}.")
     if max_capacity is not None:
-        check_int(max_capacity, name("max_capacity"), minimum=1, error=error)
+        check_int(max_capacity, name("max_capacity"), minimum=1, **ints)

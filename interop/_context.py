@@ -20,7 +20,7 @@ from contextvars import ContextVar, Token
 from types import TracebackType
 from typing import Any
 
-from functional_ws import InvalidSlotError
+from functional_ws import InvalidSlotError, InvalidSlotTypeError
 from functional_ws._checks import check_int
 
 from ._compile import run_eagerly_under_compile
@@ -73,7 +73,12 @@ def plain_int(value: Any) -> Any:
 
 
 def _check_index(name: str, value: object) -> int:
-    return check_int(plain_int(value), f"Workspace {name}", error=InvalidSlotError)
+    return check_int(
+        plain_int(value),
+        f"Workspace {name}",
+        error=InvalidSlotError,
+        type_error=InvalidSlotTypeError,
+    )
 
 
 @run_eagerly_under_compile
@@ -209,7 +214,10 @@ def provided_ubatch() -> int:
     if provider is None:
         return 0
     return check_int(
-        plain_int(provider()), f"the ubatch provider {provider!r}'s result", error=InvalidSlotError
+        plain_int(provider()),
+        f"the ubatch provider {provider!r}'s result",
+        error=InvalidSlotError,
+        type_error=InvalidSlotTypeError,
     )
 
 

@@ -19,8 +19,10 @@ Example:
 
 from functional_ws import CapacityLimitError as CapacityLimitError
 from functional_ws import InvalidConfigError as InvalidConfigError
+from functional_ws import InvalidConfigTypeError as InvalidConfigTypeError
 from functional_ws import InvalidPlanError as InvalidPlanError
 from functional_ws import InvalidSlotError as InvalidSlotError
+from functional_ws import InvalidSlotTypeError as InvalidSlotTypeError
 from functional_ws import InvalidSpecError as InvalidSpecError
 from functional_ws import InvalidTraceError as InvalidTraceError
 from functional_ws import LaneNotConfiguredError as LaneNotConfiguredError
@@ -123,8 +125,10 @@ __all__ = [
     "InputResizedError",
     "InputWrittenError",
     "InvalidConfigError",
+    "InvalidConfigTypeError",
     "InvalidPlanError",
     "InvalidSlotError",
+    "InvalidSlotTypeError",
     "InvalidSpecError",
     "InvalidTraceError",
     "InvalidVmapMethodError",

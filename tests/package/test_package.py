@@ -9,6 +9,7 @@ import functional_ws.testing
 
 CORE_NAMES = {
     "CapacityLimitError", "Change", "Diff", "Growth", "GrowthPolicy", "InvalidConfigError",
+    "InvalidConfigTypeError", "InvalidSlotTypeError",
     "InvalidPlanError", "InvalidSlotError", "InvalidSpecError", "LaneNotConfiguredError",
     "Layout", "PersistentKeyLockedError", "Slot", "SlotState", "Span",
     "UbatchNotConfiguredError", "ViewSpec", "WorkspaceError", "WorkspaceLockedError",
@@ -53,6 +54,7 @@ INTEROP_ERRORS_NAMES = {
     "FakeTensorError", "FunctionNotCallableError", "GradientTrackedError",
     "GrowthDuringCaptureError", "HandoffError",
     "InputModifiedError", "InputResizedError", "InputWrittenError", "InvalidConfigError",
+    "InvalidConfigTypeError", "InvalidSlotTypeError",
     "InvalidPlanError", "InvalidSlotError", "InvalidSpecError", "InvalidVmapMethodError",
     "JaxAlreadyStartedError", "JaxPreallocationWarning", "JaxSettingError",
     "LaneNotConfiguredError", "LazyViewError", "MisalignedViewError", "NegativeBitError",

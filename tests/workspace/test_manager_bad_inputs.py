@@ -14,6 +14,7 @@ from support.seams import slots_snapshot
 import functional_ws as fws
 import interop
 from interop import WorkspaceManager, use_workspace_lane, use_workspace_ubatch
+from interop.testing import ReferenceWorkspaceManager
 
 F32, U8 = torch.float32, torch.uint8
 
@@ -291,3 +292,44 @@ def test_numpy_integers_configure_as_the_original_accepts_them():
         interop.set_ubatch_provider(previous)
     with pytest.raises(ValueError, match="True"):
         WorkspaceManager(DEVICE, num_lanes=np.bool_(True))
+
+
+WRONG_TYPES = [
+    ("float-lanes", {"num_lanes": 2.0}, "num_lanes", "2.0"),
+    ("fractional-lanes", {"num_lanes": 1.5}, "num_lanes", "1.5"),
+    ("float-ubatches", {"num_ubatches": 2.0}, "num_ubatches", "2.0"),
+    ("string-ubatches", {"num_ubatches": "2"}, "num_ubatches", "'2'"),
+]
+
+
+@pytest.mark.parametrize(
+    ("config", "name", "shown"), [pytest.param(*c[1:], id=c[0]) for c in WRONG_TYPES]
+)
+def test_a_count_of_the_wrong_type_is_the_originals_type_error(config, name, shown):
+    """The original raises ``TypeError`` for a count that is no int (it multiplies its slot
+    list by it); ours is that and our ``InvalidConfigError`` (a ``ValueError``) at once."""
+    with pytest.raises(TypeError):
+        ReferenceWorkspaceManager(DEVICE, **config)
+    with pytest.raises(TypeError) as info:
+        WorkspaceManager(DEVICE, **config)
+    assert isinstance(info.value, fws.InvalidConfigTypeError)
+    assert isinstance(info.value, fws.InvalidConfigError) and isinstance(info.value, ValueError)
+    assert name in str(info.value) and shown in str(info.value)
+    with pytest.raises(fws.InvalidConfigTypeError):
+        interop.init_workspace_manager(DEVICE, **config)
+    assert not interop.is_workspace_manager_initialized()
+
+
+@pytest.mark.parametrize("lane", [1.5, "0", None])
+def test_a_slot_index_of_the_wrong_type_is_a_type_error(lane):
+    """The original's lane check compares the index (``"0" < 0``) or indexes its list with
+    it: a ``TypeError``. Ours is also ``InvalidSlotError`` and leaves the manager as it was."""
+    ws = WorkspaceManager(DEVICE, num_lanes=2)
+    with pytest.raises(TypeError) as info, use_workspace_lane(lane):
+        ws.get_simultaneous(((4,), torch.uint8))
+    assert isinstance(info.value, fws.InvalidSlotTypeError)
+    assert isinstance(info.value, ValueError) and repr(lane) in str(info.value)
+    assert ws.state == WorkspaceManager(DEVICE, num_lanes=2).state
+    with pytest.raises(interop.errors.InvalidSlotTypeError):
+        with use_workspace_ubatch(lane):
+            ws.get_simultaneous(((4,), torch.uint8))
