@@ -223,19 +223,22 @@ def check_config(
     def name(field: str) -> str:
         return f"{where}[{field!r}]" if where else field
 
-    ints = {"error": error, "type_error": type_error}
-    ubatches = check_int(num_ubatches, name("num_ubatches"), minimum=1, **ints)
-    lanes = check_int(num_lanes, name("num_lanes"), minimum=1, **ints)
+    ubatches = check_int(
+        num_ubatches, name("num_ubatches"), minimum=1, error=error, type_error=type_error
+    )
+    lanes = check_int(num_lanes, name("num_lanes"), minimum=1, error=error, type_error=type_error)
     if ubatches * lanes > MAX_SLOTS:
         raise error(
             f"{name('num_ubatches')} x {name('num_lanes')} = {ubatches} x {lanes} slots is "
             f"more than the {MAX_SLOTS} a workspace may have."
         )
-    check_int(alignment, name("alignment"), minimum=1, maximum=2**30, **ints)
+    check_int(
+        alignment, name("alignment"), minimum=1, maximum=2**30, error=error, type_error=type_error
+    )
     assert isinstance(alignment, int)
     if alignment & (alignment - 1):
         raise error(f"{name('alignment')} must be a positive power of two, got {alignment!r}.")
     if growth not in GROWTH_POLICIES:
         raise error(f"{name('growth')} must be one of {GROWTH_POLICIES}, got {growth!r}.")
     if max_capacity is not None:
-        check_int(max_capacity, name("max_capacity"), minimum=1, **ints)
+        check_int(max_capacity, name("max_capacity"), minimum=1, error=error, type_error=type_error)

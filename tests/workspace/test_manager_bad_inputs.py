@@ -330,6 +330,5 @@ def test_a_slot_index_of_the_wrong_type_is_a_type_error(lane):
     assert isinstance(info.value, fws.InvalidSlotTypeError)
     assert isinstance(info.value, ValueError) and repr(lane) in str(info.value)
     assert ws.state == WorkspaceManager(DEVICE, num_lanes=2).state
-    with pytest.raises(interop.errors.InvalidSlotTypeError):
-        with use_workspace_ubatch(lane):
-            ws.get_simultaneous(((4,), torch.uint8))
+    with pytest.raises(interop.errors.InvalidSlotTypeError), use_workspace_ubatch(lane):
+        ws.get_simultaneous(((4,), torch.uint8))
