@@ -208,6 +208,13 @@ class ResultDeviceError(ResultMismatchError):
     reason = "result-device"
 
 
+class ResultLayoutError(ResultMismatchError, TypeError):
+    """A result of ``fn`` is not a dense strided tensor (sparse, MKL-DNN, nested): torch
+    cannot write it into XLA's dense output buffer."""
+
+    reason = "result-layout"
+
+
 class InputModifiedError(TorchCallError, RuntimeError):
     """``fn`` changed an input tensor, whose memory is XLA's."""
 
@@ -254,6 +261,12 @@ class JaxAlreadyStartedError(HandoffError, RuntimeError):
 
 class JaxPreallocationWarning(UserWarning):
     """JAX has taken (or will take at its first operation) most of the GPU's memory."""
+
+
+class DroppedGradientWarning(UserWarning):
+    """A ``torch_call`` function's result requires grad through tensors that are not its
+    inputs (a torch module's parameters): JAX differentiates only the inputs, so those
+    tensors' ``.grad`` is never set."""
 
 
 # ----- allocators -----
@@ -455,10 +468,10 @@ PUBLIC_ERRORS: tuple[type[Exception], ...] = (
     ShardedArrayError, GradientTrackedError, X64DisabledError, UnsupportedDtypeError,
     StreamTypeError, StreamDeviceError, DeletedArrayError, FunctionNotCallableError,
     UnsupportedPytreeError, JaxSettingError,
-    JaxAlreadyStartedError, JaxPreallocationWarning,
+    JaxAlreadyStartedError, JaxPreallocationWarning, DroppedGradientWarning,
     TorchCallError, InvalidVmapMethodError, VmapNotAllowedError, ResultSpecError,
     ArgumentTypeError, ResultMismatchError, ResultStructureError, ResultShapeError,
-    ResultDtypeError, ResultDeviceError, InputModifiedError, InputWrittenError,
+    ResultDtypeError, ResultDeviceError, ResultLayoutError, InputModifiedError, InputWrittenError,
     InputResizedError, NoGradientError, NestedCallError,
     AllocatorError, UnknownAllocatorError, AllocatorNotCallableError, AllocationTypeError,
     AllocationNotTensorError, AllocationDtypeError, AllocationValueError, AllocationShapeError,

@@ -54,6 +54,7 @@ from ._errors import ConjugateBitError as ConjugateBitError
 from ._errors import DeletedArrayError as DeletedArrayError
 from ._errors import DeviceNotVisibleError as DeviceNotVisibleError
 from ._errors import DeviceUnavailableError as DeviceUnavailableError
+from ._errors import DroppedGradientWarning as DroppedGradientWarning
 from ._errors import FakeTensorError as FakeTensorError
 from ._errors import FunctionNotCallableError as FunctionNotCallableError
 from ._errors import GradientTrackedError as GradientTrackedError
@@ -77,6 +78,7 @@ from ._errors import ReadOnlyAttributeError as ReadOnlyAttributeError
 from ._errors import ReplanLimitError as ReplanLimitError
 from ._errors import ResultDeviceError as ResultDeviceError
 from ._errors import ResultDtypeError as ResultDtypeError
+from ._errors import ResultLayoutError as ResultLayoutError
 from ._errors import ResultMismatchError as ResultMismatchError
 from ._errors import ResultShapeError as ResultShapeError
 from ._errors import ResultSpecError as ResultSpecError
@@ -116,6 +118,7 @@ __all__ = [
     "DeletedArrayError",
     "DeviceNotVisibleError",
     "DeviceUnavailableError",
+    "DroppedGradientWarning",
     "FakeTensorError",
     "FunctionNotCallableError",
     "GradientTrackedError",
@@ -148,6 +151,7 @@ __all__ = [
     "ReplanLimitError",
     "ResultDeviceError",
     "ResultDtypeError",
+    "ResultLayoutError",
     "ResultMismatchError",
     "ResultShapeError",
     "ResultSpecError",

@@ -12,6 +12,7 @@ the arguments, and turns failures into errors a caller can read.
 from __future__ import annotations
 
 import functools
+import operator
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -95,15 +96,7 @@ class TorchCaller:
         """Raise what a caller should see for ``err``, raised by the jitted call; return
         if ``err`` is to be raised as it is."""
         if isinstance(err, NotImplementedError):
-            if self.vmap_method is None and "vmap_method" in str(err):
-                raise VmapNotAllowedError(
-                    f"torch_call({self.name}) was mapped by jax.vmap, but it was made with "
-                    "vmap_method=None, which refuses vmap: torch_call cannot know how fn "
-                    "treats a batch dimension. Pass vmap_method='sequential' (fn runs once "
-                    "per element), 'expand_dims' (unbatched arguments get a leading axis of "
-                    "size 1; fn must broadcast) or 'broadcast_all' (every argument gets the "
-                    "batch axis), as for jax.pure_callback."
-                ) from None
+            _refuse_vmap(err, self.name, self.vmap_method)
             return
         original = _torch_callback.original_failure(err)  # a failure inside the callback
         if original is not None:
@@ -175,6 +168,9 @@ class TorchCaller:
         return flat_specs(promised, self.name)
 
 
+_torch_callback.eager_codes.add(TorchCaller.__call__.__code__)
+
+
 def flat_specs(promised: Any, name: str) -> tuple[list[jax.ShapeDtypeStruct], Any, tuple[str, ...]]:
     """``result_shape_dtypes`` as flat specs, their structure and their paths; checked.
 
@@ -188,7 +184,7 @@ def flat_specs(promised: Any, name: str) -> tuple[list[jax.ShapeDtypeStruct], An
     for path, leaf in with_paths:
         where = _path("result", path)
         try:
-            shape = tuple(int(d) for d in leaf.shape)
+            shape = tuple(operator.index(d) for d in leaf.shape)  # 2.5 is no size
             dtype = np.dtype(leaf.dtype)
         except (AttributeError, TypeError) as err:
             raise ResultSpecError(
@@ -196,12 +192,32 @@ def flat_specs(promised: Any, name: str) -> tuple[list[jax.ShapeDtypeStruct], An
                 "each leaf must have a shape and a dtype, as jax.ShapeDtypeStruct(shape, "
                 f"dtype) has ({err})."
             ) from None
+        if any(d < 0 for d in shape):
+            raise ResultSpecError(
+                f"torch_call: result_shape_dtypes for {name} has shape {shape} at {where}: "
+                "every dimension must be a size of zero or more (no -1: the shape is fixed "
+                "when the call is traced; a callable result_shape_dtypes can compute it)."
+            )
         problem = _dtype_problem(dtype, where, name)
         if problem is not None:
             raise problem
         specs.append(_spec(shape, dtype))
         paths.append(where.removeprefix("result"))
     return specs, tree, tuple(paths)
+
+
+def _refuse_vmap(err: NotImplementedError, name: str, vmap_method: str | None) -> None:
+    """Raise :class:`VmapNotAllowedError` for JAX's refusal ``err`` to map a callback made
+    with ``vmap_method=None``; return for any other ``err``."""
+    if vmap_method is None and "vmap_method" in str(err):
+        raise VmapNotAllowedError(
+            f"torch_call({name}) was mapped by jax.vmap, but it was made with "
+            "vmap_method=None, which refuses vmap: torch_call cannot know how fn treats a "
+            "batch dimension. "
+            "Pass vmap_method='sequential' (fn runs once per element), 'expand_dims' "
+            "(unbatched arguments get a leading axis of size 1; fn must broadcast) or "
+            "'broadcast_all' (every argument gets the batch axis), as for jax.pure_callback."
+        ) from None
 
 
 def _floating(dtype: Any) -> bool:
@@ -222,6 +238,11 @@ def _differentiable(
     # would reach torch with a batch axis of 1 and come back as a gradient summed over the
     # batch, where JAX wants one per element; broadcasting every argument gives it that.
     backward_vmap = "broadcast_all" if vmap_method == "expand_dims" else vmap_method
+    # A pullback mapped while the forward is not (jax.jacrev: one cotangent per row) needs
+    # no promise about fn's batch axes: "sequential" runs the backward once per row. Where
+    # the forward is mapped too, vmap_method=None has refused it already.
+    if backward_vmap is None:
+        backward_vmap = "sequential"
 
     def forward(*values: Any) -> tuple[Any, ...]:
         if buffers:
@@ -315,12 +336,17 @@ def torch_call(
     returning zeros: pass such an input (or result) through ``jax.lax.stop_gradient`` to
     say its gradient is zero on purpose. (A result made only of inputs JAX does not
     differentiate is no such case: it adds nothing, as in JAX.) Complex gradients follow
-    JAX's convention.
+    JAX's convention. The backward records even under the caller's ``torch.no_grad()``
+    or ``torch.inference_mode()``, and every floating input requires grad in it. Tensors
+    ``fn`` closes over (a module's parameters) are not differentiated: a result that
+    requires grad through them warns (:class:`~interop.errors.DroppedGradientWarning`).
 
     ``fn``'s contract: it returns tensors of exactly the promised structure, shapes, dtypes
-    (never cast) and device, or the call fails naming expected and got, with no output
-    written. It must not write into, resize or re-point its inputs (they alias XLA's
-    buffers, which JAX takes as immutable): the call fails if it did. Input tensors are
+    (never cast), device and a dense layout, or the call fails naming expected and got,
+    with no output written. It must not write into, resize or re-point its inputs (they
+    alias XLA's buffers, which JAX takes as immutable): the call fails if it did (writes
+    that torch's version counter does not see, through ``.data`` or ``.numpy()``, escape
+    the check). Input tensors are
     valid only during the call: keeping one (or a view of it) past the call keeps a pointer
     into memory XLA reuses. Inside ``fn``, workspace scratch works as anywhere
     (``interop.current_workspace_manager().get_simultaneous(...)``, on the inputs' device),
@@ -344,7 +370,8 @@ def torch_call(
             ``"sequential"`` (``fn`` runs once per element), ``"expand_dims"`` (unbatched
             arguments get a leading axis of size 1: ``fn`` must broadcast), or
             ``"broadcast_all"`` (every argument gets the batch axis). ``None`` (the
-            default) refuses ``vmap`` with :class:`~interop.errors.VmapNotAllowedError`.
+            default) refuses ``vmap`` with :class:`~interop.errors.VmapNotAllowedError`
+            (``jax.jacrev``, which maps only the pullback, works: one backward per row).
 
     Returns:
         A function taking the arguments ``fn`` takes, as JAX arrays, and returning
@@ -354,7 +381,7 @@ def torch_call(
         FunctionNotCallableError: (a ``TypeError``) ``fn`` is not callable.
         InvalidVmapMethodError: (a ``ValueError``) ``vmap_method`` is not one of the above.
         ResultSpecError: (a ``TypeError``) a leaf of ``result_shape_dtypes`` has no shape
-            and dtype (checked at once; for a callable, at trace time).
+            of sizes and a dtype (checked at once; for a callable, at trace time).
         UnsupportedDtypeError, X64DisabledError: (``TypeError``) a promised or given dtype
             torch cannot hold, or a 64-bit one while JAX's x64 mode is off (JAX would
             narrow it: the same rule as ``to_jax``).
@@ -390,7 +417,6 @@ def torch_call(
     caller = TorchCaller(fn, result_shape_dtypes, vmap_method)
     jitted, local = caller.jitted, _torch_callback.thread_state
 
-    @functools.wraps(fn)
     def call(*args: Any, **kwargs: Any) -> Any:
         # Plain arrays, outside a torch_call function: nothing to check before the jitted
         # call. Measured side by side against caller(args, kwargs) on 4 KiB: 1.1-1.6 µs
@@ -407,4 +433,5 @@ def torch_call(
             caller.reraise(err)
             raise
 
-    return call
+    _torch_callback.eager_codes.add(call.__code__)  # and TorchCaller.__call__ (below it)
+    return functools.wraps(fn)(call)

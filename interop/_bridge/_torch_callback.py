@@ -29,6 +29,7 @@ import re
 import sys
 import threading
 import traceback
+import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Sequence
 from typing import Any, NoReturn
@@ -39,12 +40,14 @@ import torch
 
 from .. import _private
 from .._errors import (
+    DroppedGradientWarning,
     InputResizedError,
     InputWrittenError,
     NestedCallError,
     NoGradientError,
     ResultDeviceError,
     ResultDtypeError,
+    ResultLayoutError,
     ResultShapeError,
     ResultStructureError,
 )
@@ -69,6 +72,7 @@ _CARRIERS = _dlpack.carriers(TORCH_DTYPES)
 #: Each torch dtype's JAX (NumPy) dtype, for the host path; how ml_dtypes' types cross.
 _HOST_DTYPES = {torch_dtype: dtype for dtype, torch_dtype in TORCH_DTYPES.items()}
 _UINTS = {1: torch.uint8, 2: torch.uint16}
+_STRIDED = torch.strided
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,6 +130,16 @@ def refuse_nested(where: str) -> None:
         )
 
 
+def _aliases(buffers: Sequence[Any]) -> list[torch.Tensor]:
+    """Tensors aliasing XLA's ``buffers``: ordinary tensors even under
+    ``torch.inference_mode()``, where torch would make inference tensors, which have no
+    version counter for the input check to read (and which autograd refuses in a backward)."""
+    if torch.is_inference_mode_enabled():
+        with torch.inference_mode(False):
+            return [_from_capsule(b.__dlpack__()) for b in buffers]
+    return [_from_capsule(b.__dlpack__()) for b in buffers]
+
+
 def _call_fn(fn: Callable[..., Any], sig: Signature, tensors: list[torch.Tensor]) -> Any:
     _local.active = True
     try:
@@ -156,7 +170,9 @@ def _results(
     axes ``batch``, on ``device`` (no output is written before this)."""
     if sig.single and type(returned) is torch.Tensor:
         if (
-            returned.dtype is sig.out_dtypes[0]
+            returned.layout is _STRIDED  # first: a nested tensor's shape raises
+            and not returned.is_nested
+            and returned.dtype is sig.out_dtypes[0]
             and returned.shape == batch + sig.out_shapes[0]
             and returned.device == device
         ):
@@ -178,6 +194,14 @@ def _results(
                 f"torch_call: {sig.name} returned {type(leaf).__name__} at result{path}, "
                 f"expected a torch.Tensor of shape {shape} and dtype {dtype}. No output "
                 "was written."
+            )
+        if leaf.layout is not _STRIDED or leaf.is_nested:
+            kind = "a nested tensor" if leaf.is_nested else f"layout {leaf.layout}"
+            raise ResultLayoutError(
+                f"torch_call: {sig.name} returned {kind} at result{path}, expected a dense "
+                f"(torch.strided) tensor of shape {shape} and dtype {dtype}: torch writes it "
+                "into XLA's dense output buffer. Return .to_dense() (or the nested tensor's "
+                "padded form) yourself. No output was written."
             )
         if leaf.dtype != dtype:
             raise ResultDtypeError(
@@ -238,10 +262,45 @@ def run_forward(
     returned = _call_fn(fn, sig, tensors)
     if _snapshot(tensors) != before:
         _refuse_changed(sig, tensors, before)
-    return _results(sig, returned, _batch_shape(sig, tensors) if sig.mapped else (), device)
+    results = _results(sig, returned, _batch_shape(sig, tensors) if sig.mapped else (), device)
+    for path, result in zip(sig.out_paths, results, strict=True):
+        if result.requires_grad:  # no input does: fn reached a tensor that does
+            _warn_dropped(sig, path)
+            break
+    return results
+
+
+def _warn_dropped(sig: Signature, path: str) -> None:
+    warnings.warn(
+        f"torch_call: result{path} of {sig.name} requires grad through tensors that are not "
+        "its inputs (a torch module's parameters, say). JAX differentiates a torch_call only "
+        "with respect to its inputs, so those tensors' .grad is never set by jax.grad. To "
+        "train them, pass them in as JAX arrays; else call requires_grad_(False) on them or "
+        "run fn's body under torch.no_grad() (which also saves building torch's graph).",
+        DroppedGradientWarning,
+        stacklevel=2,
+    )
 
 
 def run_backward(
+    fn: Callable[..., Any],
+    sig: Signature,
+    tensors: list[torch.Tensor],
+    wanted: Sequence[int],
+    cotangents: dict[int, torch.Tensor],
+    device: torch.device,
+    required: Collection[int],
+) -> list[torch.Tensor]:
+    """:func:`_gradients`, outside ``torch.inference_mode()``: JAX asked for gradients, so
+    autograd records even where the caller turned it off (``torch.no_grad()`` is lifted
+    inside; an inference tensor cannot be differentiated)."""
+    if torch.is_inference_mode_enabled():
+        with torch.inference_mode(False):
+            return _gradients(fn, sig, tensors, wanted, cotangents, device, required)
+    return _gradients(fn, sig, tensors, wanted, cotangents, device, required)
+
+
+def _gradients(
     fn: Callable[..., Any],
     sig: Signature,
     tensors: list[torch.Tensor],
@@ -301,7 +360,9 @@ def run_backward(
             raise NoGradientError(
                 f"torch_call: JAX asks for the gradient of input {sig.in_paths[index]} of "
                 f"{sig.name}, but torch's autograd does not connect it to any result (it is "
-                "unused, detached, or used under torch.no_grad()). torch.autograd.grad "
+                "unused, detached, used under torch.no_grad(), or reaches the results only "
+                "through operations torch does not differentiate: comparisons, rounding, "
+                "integer casts; tensors fn closes over are not inputs). torch.autograd.grad "
                 "refuses this by default, and so does torch_call, rather than return zeros "
                 "that may hide a cut graph. If its gradient is zero on purpose, pass it "
                 "through jax.lax.stop_gradient in JAX."
@@ -349,16 +410,36 @@ def _fail(sig: Signature, err: BaseException) -> NoReturn:
         tb = tb.tb_next
     if tb is not None:
         err = err.with_traceback(tb)
+    where = "".join(traceback.format_exception(type(err), err, err.__traceback__))
+    if not _eager_call_waits():
+        # Under a caller's jit, or in a backward, nobody takes it back: its frames' locals
+        # (fn's tensors over XLA's buffers, whatever fn allocated) go now, their lines stay.
+        traceback.clear_frames(err.__traceback__)
     number = next(_numbers)
     with _failures_lock:
         _failures[number] = err
         while len(_failures) > KEPT_FAILURES:
             _failures.popitem(last=False)
-    where = "".join(traceback.format_exception(type(err), err, err.__traceback__))
     raise CallbackFailure(
         f"{sig.name} (called through interop.torch_call) raised {type(err).__name__}: "
         f"{err} [{_MARK}{number}]\n{where}"
     ) from err
+
+
+#: The code of the frames that take a failure back (``_torch_call.py`` registers them):
+#: one of them on this thread's stack means an eager call waits for the failure.
+eager_codes: set[Any] = set()
+
+
+def _eager_call_waits() -> bool:
+    """Whether an eager ``torch_call`` wrapper on this thread's stack will take the failure
+    back (on a failure only: the walk costs nothing on the way through)."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        if frame.f_code in eager_codes:
+            return True
+        frame = frame.f_back  # type: ignore[assignment]
+    return False
 
 
 def original_failure(err: BaseException) -> BaseException | None:
@@ -399,8 +480,7 @@ def forward_buffers(fn: Callable[..., Any], sig: Signature) -> Callable[..., Non
 
     def callback(ctx: Any, outs: Sequence[Any], *ins: Any) -> None:
         try:
-            targets = [_from_capsule(b.__dlpack__()) for b in outs]
-            tensors = [_from_capsule(b.__dlpack__()) for b in ins]
+            targets, tensors = _aliases(outs), _aliases(ins)
             device = (targets or tensors)[0].device if targets or tensors else _CPU
             if device.type != "cuda":
                 _write(targets, run_forward(fn, sig, tensors, device))
@@ -426,8 +506,7 @@ def backward_buffers(
 
     def callback(ctx: Any, outs: Sequence[Any], *ins: Any) -> None:
         try:
-            targets = [_from_capsule(b.__dlpack__()) for b in outs]
-            tensors = [_from_capsule(b.__dlpack__()) for b in ins]
+            targets, tensors = _aliases(outs), _aliases(ins)
             device = targets[0].device
             primals, cts = tensors[:count], dict(zip(cotangent_of, tensors[count:], strict=True))
             if device.type != "cuda":
@@ -452,7 +531,8 @@ def _host_tensor(array: Any) -> torch.Tensor:
         host = host.view(carrier.host)
     if not host.flags.writeable:  # a read-only view of JAX's buffer: work on a copy
         host = host.copy()
-    tensor = torch.from_numpy(host)
+    with torch.inference_mode(False):  # an ordinary tensor, as _aliases makes
+        tensor = torch.from_numpy(host)
     return tensor.view(carrier.torch) if carrier is not None else tensor
 
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import gc
 import traceback
+import warnings
+import weakref
 
 import jax
 import jax.numpy as jnp
@@ -33,6 +36,8 @@ AT_CONSTRUCTION = [
      errors.UnsupportedDtypeError, TypeError, "int4"),
     ("spec-64-bit-x64-off", lambda: interop.torch_call(identity, spec((2,), np.int64)),
      errors.X64DisabledError, TypeError, "jax_enable_x64"),
+    ("spec-negative-dim", lambda: interop.torch_call(identity, spec((-1,))),
+     errors.ResultSpecError, TypeError, r"shape \(-1,\) at result: every dimension"),
 ]  # fmt: skip
 
 
@@ -84,6 +89,15 @@ BROKEN = [
      r"dtype torch.int64 at result\[1\], expected torch.int32.*never cast"),
     ("device", lambda x: (x, torch.zeros(4, dtype=torch.int32, device="meta")),
      errors.ResultDeviceError, r"on meta at result\[1\], expected cpu"),
+    ("sparse", lambda x: (x.to_sparse(), torch.zeros(4, dtype=torch.int32)),
+     errors.ResultLayoutError, r"layout torch.sparse_coo at result\[0\], expected a dense"),
+    ("sparse-second", lambda x: (x * 2, torch.zeros(4, dtype=torch.int32).to_sparse()),
+     errors.ResultLayoutError, r"sparse_coo at result\[1\]"),
+    ("mkldnn", lambda x: (x.to_mkldnn(), torch.zeros(4, dtype=torch.int32)),
+     errors.ResultLayoutError, r"layout torch._mkldnn at result\[0\]"),
+    ("nested", lambda x: (torch.nested.nested_tensor([x[0], x[1]]),
+                          torch.zeros(4, dtype=torch.int32)),
+     errors.ResultLayoutError, r"a nested tensor at result\[0\]"),
 ]  # fmt: skip
 
 
@@ -180,6 +194,42 @@ def test_inside_jit_jax_reports_it_with_fns_frames_in_the_message():
     assert f'File "{__file__}"' in text and "in user_frame_inside_fn" in text
 
 
+def _leaves_a_big_local(alive):
+    def fn(x):
+        big = torch.ones(1 << 16)  # fn's own allocation, held by its frame
+        alive.append(weakref.ref(big))
+        raise ValueError("boom")
+
+    return fn
+
+
+@pytest.mark.usefixtures("path")
+def test_a_failure_under_jit_keeps_no_locals_of_fn_alive():
+    """Nobody takes a failure under a caller's jit back: the kept exception must not hold
+    fn's frame locals (its tensors over XLA's buffers, its allocations)."""
+    alive: list[weakref.ref[torch.Tensor]] = []
+    call = jax.jit(lambda x: interop.torch_call(_leaves_a_big_local(alive), spec((2,)))(x) + 1)
+    for _ in range(3):
+        with pytest.raises(jax.errors.JaxRuntimeError, match="boom"):
+            jax.block_until_ready(call(jnp.ones(2, F32)))
+    gc.collect()
+    assert [ref() for ref in alive] == [None, None, None]
+
+
+@pytest.mark.usefixtures("path")
+def test_an_eager_failure_keeps_fns_locals_for_a_debugger():
+    alive: list[weakref.ref[torch.Tensor]] = []
+    kept = set(_torch_callback._failures)
+    with pytest.raises(ValueError, match="boom") as caught:
+        interop.torch_call(_leaves_a_big_local(alive), spec((2,)))(jnp.ones(2, F32))
+    tb = caught.value.__traceback__
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    assert tb.tb_frame.f_code.co_name == "fn" and "big" in tb.tb_frame.f_locals
+    assert alive[0]() is not None
+    assert set(_torch_callback._failures) <= kept  # taken back
+
+
 @pytest.mark.usefixtures("path")
 def test_failures_kept_for_the_eager_wrapper_are_bounded():
     call = jax.jit(interop.torch_call(_raises_deep, spec((2,))))
@@ -213,3 +263,37 @@ def test_a_torch_call_inside_fn_is_refused():
 
     with pytest.raises(errors.NestedCallError, match=r"torch_call\(identity\)"):
         interop.torch_call(fn, spec((3,)))(jnp.ones(3, F32))
+
+
+# ----- the caller's torch modes -----
+
+
+@pytest.mark.usefixtures("path")
+def test_under_inference_mode_calls_gradients_and_input_checks_work():
+    """Under ``torch.inference_mode()`` torch makes inference tensors, which have no version
+    counter: the inputs are ordinary tensors, and the backward records anyway (JAX asked)."""
+    layer = interop.torch_call(lambda x: torch.sin(x) * 2, lambda x: x)
+    x = jnp.linspace(-1, 1, 4, dtype=F32)
+    with torch.inference_mode():
+        np.testing.assert_allclose(layer(x), 2 * np.sin(np.asarray(x)), rtol=1e-6)
+        np.testing.assert_allclose(jax.jit(layer)(x), 2 * np.sin(np.asarray(x)), rtol=1e-6)
+        grad = jax.grad(lambda x: layer(x).sum())(x)
+        with pytest.raises(errors.InputWrittenError):
+            interop.torch_call(lambda x: x.mul_(1), lambda x: x)(jnp.ones(4, F32))
+        assert torch.is_inference_mode_enabled()
+    np.testing.assert_allclose(grad, 2 * np.cos(np.asarray(x)), rtol=1e-6)
+
+
+@pytest.mark.usefixtures("path")
+def test_parameters_fn_closes_over_warn_that_jax_drops_their_gradients():
+    linear = torch.nn.Linear(3, 3)
+    layer = interop.torch_call(lambda x: linear(x), lambda x: x)
+    x = jnp.ones((2, 3), F32)
+    with pytest.warns(errors.DroppedGradientWarning, match=r"result of .*<lambda> requires grad"):
+        jax.grad(lambda x: layer(x).sum())(x)
+    assert linear.weight.grad is None  # what the warning says
+    linear.requires_grad_(False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        layer(x)
+        jax.grad(lambda x: layer(x).sum())(x)

@@ -11,6 +11,7 @@ from conftest import enable_x64
 from support.torch_call import F32, path, spec  # noqa: F401  (path: a fixture)
 
 import interop
+from interop import errors
 
 
 def torch_mlp(x, params):
@@ -211,6 +212,13 @@ def test_an_input_torch_does_not_reach_is_an_error_unless_stopped_in_jax():
 
 
 @pytest.mark.usefixtures("path")
+def test_an_input_reached_only_through_a_comparison_names_that_cause():
+    layer = interop.torch_call(lambda x: (x > 0.5).float(), lambda x: x)
+    with pytest.raises(jax.errors.JaxRuntimeError, match=r"NoGradientError.*comparisons"):
+        jax.grad(lambda x: layer(x).sum())(jnp.ones(3, F32))
+
+
+@pytest.mark.usefixtures("path")
 def test_a_detached_input_is_an_error():
     layer = interop.torch_call(lambda x, y: x + y.detach(), lambda x, y: x)
     with pytest.raises(jax.errors.JaxRuntimeError, match=r"input args\[1\].*stop_gradient"):
@@ -259,8 +267,9 @@ def test_fn_may_close_over_torch_parameters_which_jax_does_not_differentiate():
 
     layer = interop.torch_call(fn, lambda x: x)
     x = jnp.array([1.0, 1.0, 2.0], F32)
-    np.testing.assert_array_equal(jax.jit(layer)(x), [1.0, 2.0, 6.0])
-    np.testing.assert_array_equal(jax.grad(lambda x: layer(x).sum())(x), [1.0, 2.0, 3.0])
+    with pytest.warns(errors.DroppedGradientWarning):  # said, not silent
+        np.testing.assert_array_equal(jax.jit(layer)(x), [1.0, 2.0, 6.0])
+        np.testing.assert_array_equal(jax.grad(lambda x: layer(x).sum())(x), [1.0, 2.0, 3.0])
     assert weight.grad is None  # torch.autograd.grad fills only what JAX asked for
 
 

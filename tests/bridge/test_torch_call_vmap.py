@@ -26,6 +26,26 @@ def _layer(method, seen):
     return interop.torch_call(fn, lambda x, w: spec(x.shape), vmap_method=method)
 
 
+@pytest.mark.usefixtures("path")
+def test_jacrev_works_with_the_default_the_pullback_runs_once_per_row():
+    """``jax.jacrev`` maps the pullback alone (one cotangent per row), which needs no
+    promise about fn's batch axes; mapping fn itself is still refused."""
+    calls = []
+
+    def fn(x):
+        calls.append(tuple(x.shape))
+        return torch.sin(x)
+
+    layer = interop.torch_call(fn, lambda x: x)
+    x = jnp.linspace(-1, 1, 3, dtype=F32)
+    expected = np.diag(np.cos(np.asarray(x)))
+    np.testing.assert_allclose(jax.jacrev(layer)(x), expected, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(jax.jit(jax.jacrev(layer))(x), expected, rtol=1e-6, atol=1e-7)
+    assert set(calls) == {(3,)}  # every run of fn saw one unbatched element
+    with pytest.raises(errors.VmapNotAllowedError):
+        jax.vmap(jax.grad(lambda x: layer(x).sum()))(XS[:, :3])
+
+
 def test_vmap_is_refused_by_default_naming_the_argument():
     layer = interop.torch_call(lambda x: x * 2, lambda x: x)
     with pytest.raises(errors.VmapNotAllowedError, match=r"vmap_method=None.*'sequential'"):
