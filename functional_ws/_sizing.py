@@ -25,7 +25,7 @@ from ._presenters import Presented
 from ._spec import ViewSpec
 from ._state import SlotState, WorkspaceState, with_slots
 from ._trace import Trace
-from ._trace_events import TraceEvent, short
+from ._trace_events import ReprKey, TraceEvent, short
 from ._trace_json import key_spelling
 
 _UINT8 = np.dtype("uint8")
@@ -118,12 +118,24 @@ def _planning_copy(state: WorkspaceState) -> WorkspaceState:
 
 
 def _claimed(keys: frozenset[Hashable], key: Hashable) -> bool:
-    """Whether ``key`` is among ``keys``, by equality or by its JSON spelling (a key read
-    back from JSON as a :class:`ReprKey` matches the live key it was written from)."""
+    """Whether ``key`` is among ``keys``: by equality, as the manager looks it up; a key
+    read back from JSON that holds a :class:`ReprKey` also by its JSON spelling (it matches
+    the live key it was written from). A live key never matches by spelling: two layers
+    with the same ``repr``, or two NaNs, are two keys at run time."""
     if key in keys:
         return True
+    if not _read_back(key):
+        return False
     spelling = key_spelling(key)
     return any(key_spelling(k) == spelling for k in keys)
+
+
+def _read_back(key: Hashable) -> bool:
+    """Whether ``key`` is or holds a :class:`ReprKey` (what JSON gives back for a key it
+    could only write as its ``repr``)."""
+    if type(key) is ReprKey:
+        return True
+    return type(key) is tuple and any(_read_back(part) for part in key)
 
 
 def _run(
