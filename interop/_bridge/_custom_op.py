@@ -236,8 +236,10 @@ def _digest(structure: Any) -> str:
 
 def _op_key(caller_key: str, structure: Any) -> str:
     """The key of a wrapper's function called with arguments ``structure`` describes:
-    derived from both, so the same in every process."""
-    key = f"{caller_key}/{_digest(structure)}"
+    derived from both and from JAX's settings that decide result dtypes, so the same in
+    every process that would compute the same (a graph cached with x64 off must not serve
+    a process with it on: it would read float64 results as float32)."""
+    key = f"{caller_key}/{_digest((structure, _dtype_settings()))}"
     with _lock:
         if key not in _entries:  # a compiled graph may call it later: keep the wrapper
             caller = _caller(caller_key)
@@ -265,6 +267,14 @@ def _entry(key: str) -> Entry:
         if entry is None:
             entry = _entries[key] = _backward_entry(parent, diff, given)
     return entry
+
+
+def _dtype_settings() -> tuple[Any, ...]:
+    """JAX's settings that change what dtype (or PRNG key shape) a function returns."""
+    return tuple(getattr(jax.config, name, None) for name in _DTYPE_SETTINGS)
+
+
+_DTYPE_SETTINGS = ("jax_enable_x64", "jax_default_prng_impl")
 
 
 def _result_structure(key: str) -> Any:

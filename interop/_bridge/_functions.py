@@ -12,8 +12,10 @@ alive, and forgets it when it dies.
 The custom op's key must mean the same function in every process, since
 ``torch.compile`` caches graphs (the key in them) on disk: it is derived from a
 fingerprint of the function's code, of the values it closes over and the globals it reads
-(arrays by shape and dtype), and of its ``jit`` options; functions alike in all of these
-(closures over different arrays of one shape, say) are numbered in the order they are met.
+(arrays by shape and dtype, small NumPy arrays by value too; objects by their attributes,
+``__slots__`` included), and of its ``jit`` options; functions alike in all of these
+(closures over different arrays of one shape, say) are numbered in the order they are met,
+a number freed by a function's death going to the next one met.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ import types
 import weakref
 from collections.abc import Callable
 from typing import Any
+
+import numpy as np
 
 from .. import _private
 from .._locks import renew_after_fork
@@ -101,8 +105,8 @@ _lock = threading.Lock()
 renew_after_fork(sys.modules[__name__], "_lock")  # after a fork: free
 #: Functions by (id of the anchor, options); an entry leaves when its anchor dies.
 _table: dict[tuple[int, Any], Function] = {}
-#: Per fingerprint, its functions in the order met.
-_numbered: dict[str, list[weakref.ReferenceType[Function]]] = {}
+#: Per fingerprint, its functions by number (a dead one's number is free again).
+_numbered: dict[str, dict[int, weakref.ReferenceType[Function]]] = {}
 
 
 def _anchor(fn: Callable[..., Any]) -> tuple[Any, tuple[Any, ...]] | None:
@@ -161,13 +165,18 @@ def _forget(key: tuple[int, Any]) -> None:
 
 
 def _number(function: Function) -> str:
-    """``name@fingerprint#n``: the n-th function of this fingerprint met (see the module)."""
+    """``name@fingerprint#n``: n is the lowest number no live function of this fingerprint
+    holds (see the module). A dead function's number serves the next one (a closure made
+    anew each step keeps its key), never a live one's: two live functions sharing a key
+    would run each other's code in compiled graphs."""
     fingerprint = _fingerprint(function)
     with _lock:
-        same = _numbered.setdefault(fingerprint, [])
-        same[:] = [ref for ref in same if ref() is not None]
-        same.append(weakref.ref(function))
-        return f"{function.name}@{fingerprint}#{len(same) - 1}"
+        same = _numbered.setdefault(fingerprint, {})
+        number = 0
+        while number in same and same[number]() is not None:
+            number += 1
+        same[number] = weakref.ref(function)
+        return f"{function.name}@{fingerprint}#{number}"
 
 
 def _fingerprint(function: Function) -> str:
@@ -179,6 +188,9 @@ def _fingerprint(function: Function) -> str:
 
 #: How deep :func:`describe` looks into values (a function's globals' globals...).
 DEPTH = 4
+#: NumPy arrays up to this many elements are described by value too: a mask or an index
+#: list closed over can decide a result's shape (larger ones, weights, by shape and dtype).
+SMALL_ARRAY = 4096
 _SCALARS = (type(None), bool, int, float, complex, str, bytes)
 
 
@@ -232,6 +244,9 @@ def _describe(value: Any, deeper: int, seen: frozenset[int]) -> Any:
         return ("jit", describe(value.__wrapped__, deeper, seen), repr(options))
     shape, dtype = getattr(value, "shape", None), getattr(value, "dtype", None)
     if isinstance(shape, tuple) and dtype is not None:
+        if type(value) is np.ndarray and value.size <= SMALL_ARRAY:  # may decide shapes
+            digest = hashlib.sha256(np.ascontiguousarray(value).tobytes()).hexdigest()[:16]
+            return ("array", "numpy.ndarray", shape, str(dtype), digest)
         return ("array", _type_name(type(value)), shape, str(dtype))
     if isinstance(value, (tuple, list)):
         return (type(value).__name__, tuple(describe(v, deeper, seen) for v in value))
@@ -240,9 +255,24 @@ def _describe(value: Any, deeper: int, seen: frozenset[int]) -> Any:
     if isinstance(value, dict):
         return ("dict", tuple((repr(k), describe(v, deeper, seen)) for k, v in value.items()))
     attributes = getattr(value, "__dict__", None)
-    if isinstance(attributes, dict):
-        return ("object", _type_name(type(value)), describe(attributes, deeper, seen))
+    slots = _slot_values(value)
+    if isinstance(attributes, dict) or slots:
+        described = describe(attributes, deeper, seen) if isinstance(attributes, dict) else None
+        return ("object", _type_name(type(value)), described, describe(slots, deeper, seen))
     return ("object", _type_name(type(value)))
+
+
+def _slot_values(value: Any) -> dict[str, Any]:
+    """The attributes ``value`` keeps in ``__slots__`` (a slots dataclass's fields), by name."""
+    found: dict[str, Any] = {}
+    for cls in type(value).__mro__:
+        names = cls.__dict__.get("__slots__", ())
+        for name in (names,) if isinstance(names, str) else names:
+            if name not in found and name not in ("__dict__", "__weakref__"):
+                attribute = getattr(value, name, _EMPTY)
+                if attribute is not _EMPTY:
+                    found[name] = attribute
+    return found
 
 
 def _type_name(cls: type) -> str:

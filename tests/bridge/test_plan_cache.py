@@ -14,6 +14,7 @@ import pytest
 import torch
 
 import interop
+from interop._bridge import _custom_op, _functions
 
 
 def _counting():
@@ -111,6 +112,65 @@ def test_distinct_closures_of_one_code_are_distinct_functions():
     scales = [jnp.full(2, s) for s in (1.0, 2.0)]
     closures = [interop.jax_call(jax.jit(lambda x, s=s: x * s))(v).tolist() for s in scales]
     assert results == closures == [[1.0, 1.0], [2.0, 2.0]]
+
+
+def test_a_dead_functions_number_never_goes_to_a_live_twins_key():
+    """Three closures of one code over arrays of one shape share a fingerprint; the first
+    dies unused. The third must not take the second's key (a compiled graph would then run
+    the second's function)."""
+
+    def make(w):
+        return interop.jax_call(jax.jit(lambda x: x * w))
+
+    x = torch.ones(3)
+    first, second = make(jnp.full(3, 10.0)), make(jnp.full(3, 1.0))
+    assert torch.compile(lambda x: second(x) + 0, backend="eager")(x).tolist() == [1.0] * 3
+    del first
+    gc.collect()
+    third = make(jnp.full(3, 2.0))
+    assert torch.compile(lambda x: third(x) + 0, backend="eager")(x).tolist() == [2.0] * 3
+    assert torch.compile(lambda x: second(x) + 1, backend="eager")(x).tolist() == [2.0] * 3
+
+
+class _Slots:
+    __slots__ = ("dtype", "width")
+
+    def __init__(self, dtype, width):
+        self.dtype, self.width = dtype, width
+
+
+@pytest.mark.parametrize(
+    "one, other",
+    [
+        (_Slots("float32", 2), _Slots("int32", 2)),
+        (np.array([1, 0, 1]), np.array([1, 1, 0])),
+    ],
+    ids=["slots-object", "small-numpy-array"],
+)
+def test_what_can_decide_a_results_dtype_or_shape_is_in_the_fingerprint(one, other):
+    """A warm compile cache trusts the op's key to mean the same results in every process:
+    a config in ``__slots__``, or a small NumPy mask, can change them."""
+    fingerprints = [_functions.describe(lambda x, c=config: (x, c)) for config in (one, other, one)]
+    assert fingerprints[0] != fingerprints[1] and fingerprints[0] == fingerprints[2]
+
+
+def test_the_op_key_holds_jaxs_x64_setting():
+    """A graph cached with x64 off reads float32 results; with it on they are float64: the
+    two compilations must name different keys."""
+    add = interop.jax_call(jax.jit(lambda x: x + 1))
+    keys = []
+    saved = jax.config.jax_enable_x64
+    try:
+        for x64 in (False, True):
+            jax.config.update("jax_enable_x64", x64)
+            torch._dynamo.reset()
+            before = set(_custom_op._entries)
+            torch.compile(lambda x: add(x), backend="eager")(torch.ones(2))
+            keys.append(set(_custom_op._entries) - before)
+    finally:
+        jax.config.update("jax_enable_x64", saved)
+        torch._dynamo.reset()
+    assert len(keys[0]) == len(keys[1]) == 1 and keys[0] != keys[1]
 
 
 def test_the_cache_does_not_keep_a_function_alive():
