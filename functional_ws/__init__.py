@@ -28,7 +28,9 @@ from ._diff import diff as diff
 from ._errors import CapacityLimitError as CapacityLimitError
 from ._errors import InvalidConfigError as InvalidConfigError
 from ._errors import InvalidConfigTypeError as InvalidConfigTypeError
+from ._errors import InvalidDtypeError as InvalidDtypeError
 from ._errors import InvalidPlanError as InvalidPlanError
+from ._errors import InvalidShapeError as InvalidShapeError
 from ._errors import InvalidSlotError as InvalidSlotError
 from ._errors import InvalidSlotTypeError as InvalidSlotTypeError
 from ._errors import InvalidSpecError as InvalidSpecError
@@ -78,7 +80,9 @@ __all__ = [
     "GrowthPolicy",
     "InvalidConfigError",
     "InvalidConfigTypeError",
+    "InvalidDtypeError",
     "InvalidPlanError",
+    "InvalidShapeError",
     "InvalidSlotError",
     "InvalidSlotTypeError",
     "InvalidSpecError",

@@ -22,6 +22,17 @@ class InvalidSpecError(WorkspaceError, ValueError):
     """A view request ``(shape, dtype)``, a key or a request list is malformed."""
 
 
+class InvalidShapeError(InvalidSpecError, TypeError):
+    """A shape that is not a tuple of non-negative ints, or one too large to address: a
+    ``TypeError`` as well, as the original raises one (its arithmetic or ``view`` fails)."""
+
+
+class InvalidDtypeError(InvalidSpecError, TypeError, AttributeError):
+    """A dtype the workspace cannot make views of (a string, ``None``, a NumPy dtype where
+    torch's is needed): a ``TypeError`` and an ``AttributeError`` as well, as the original
+    raises one or the other (it reads ``dtype.itemsize``, then hands it to torch)."""
+
+
 class InvalidConfigError(WorkspaceError, ValueError):
     """A workspace configuration is out of range: a count, the alignment, the growth policy
     or the capacity limit."""
@@ -155,6 +166,8 @@ class PersistentKeyLockedError(WorkspaceError, AssertionError):
 for _error in (
     WorkspaceError,
     InvalidSpecError,
+    InvalidShapeError,
+    InvalidDtypeError,
     InvalidConfigError,
     InvalidConfigTypeError,
     InvalidPlanError,

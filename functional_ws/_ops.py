@@ -25,6 +25,7 @@ from typing import Any
 
 from ._errors import (
     CapacityLimitError,
+    InvalidShapeError,
     InvalidSlotError,
     InvalidSpecError,
     PersistentKeyLockedError,
@@ -339,7 +340,7 @@ def fit(
         offsets.append(total)
         total += (n + pad) & mask
     if total >= MAX_BYTES:
-        raise InvalidSpecError(
+        raise InvalidShapeError(
             f"{argname}: the views need {total} bytes together, which is not below 2**63."
         )
     current = slots[index]

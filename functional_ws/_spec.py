@@ -16,7 +16,7 @@ import numpy as np
 
 from ._build import fast_constructor
 from ._checks import is_int
-from ._errors import InvalidSpecError
+from ._errors import InvalidDtypeError, InvalidShapeError, InvalidSpecError
 
 #: Byte counts at or above this are refused (they cannot index memory).
 MAX_BYTES = 2**63
@@ -103,7 +103,7 @@ def itemsize_of(dtype: Any, argname: str = "dtype") -> int:
         except TypeError:
             size = None
     if not isinstance(size, (int, np.integer)) or isinstance(size, bool) or size <= 0:
-        raise InvalidSpecError(
+        raise InvalidDtypeError(
             f"{argname} must be a dtype with a positive integer itemsize (a torch, NumPy or "
             f"JAX dtype such as torch.float32 or np.float32), got {dtype!r}."
         )
@@ -118,13 +118,13 @@ def normalize_shape(shape: Any, argname: str = "shape") -> tuple[int, ...]:
     """``shape`` as a tuple of non-negative Python ints, or :class:`InvalidSpecError`."""
     if not isinstance(shape, tuple):
         hint = f" Write ({shape!r},) for a 1-D view." if isinstance(shape, numbers.Number) else ""
-        raise InvalidSpecError(
+        raise InvalidShapeError(
             f"{argname} must be a tuple of non-negative ints, got {type(shape).__name__} "
             f"{shape!r}.{hint}"
         )
     for i, dim in enumerate(shape):
         if not _is_integer(dim) or dim < 0:
-            raise InvalidSpecError(
+            raise InvalidShapeError(
                 f"{argname}[{i}] must be a non-negative int, got {dim!r} in {argname}={shape!r}."
             )
     return tuple(int(d) for d in shape)
@@ -147,7 +147,9 @@ def make_spec(shape: Any, dtype: Any, argname: str = "spec") -> ViewSpec:
 
     Raises:
         InvalidSpecError: (a ``ValueError``) for a non-tuple shape, a bool, float or
-            negative dimension, a dtype without ``itemsize``, or a byte count ``>= 2**63``.
+            negative dimension, or a byte count ``>= 2**63`` (:class:`InvalidShapeError`,
+            a ``TypeError`` too); a dtype without ``itemsize`` (:class:`InvalidDtypeError`,
+            a ``TypeError`` and an ``AttributeError`` too).
 
     Example:
         >>> import numpy as np
@@ -163,7 +165,7 @@ def make_spec(shape: Any, dtype: Any, argname: str = "spec") -> ViewSpec:
     for d in dims:
         nbytes *= d
     if nbytes >= MAX_BYTES:
-        raise InvalidSpecError(
+        raise InvalidShapeError(
             f"{argname}: shape={dims!r} with itemsize {itemsize} needs {nbytes} bytes, "
             f"which is not below 2**63."
         )
@@ -171,7 +173,7 @@ def make_spec(shape: Any, dtype: Any, argname: str = "spec") -> ViewSpec:
     for d in dims:  # what a 64-bit index must reach, a zero dim counted as one
         extent *= max(d, 1)
     if extent >= MAX_BYTES:
-        raise InvalidSpecError(
+        raise InvalidShapeError(
             f"{argname}: shape={dims!r} spans {extent} elements (its zero dims counted as "
             "one), which no 64-bit index can address (not below 2**63): a view of it cannot "
             "be made, even empty."

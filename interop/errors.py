@@ -20,7 +20,9 @@ Example:
 from functional_ws import CapacityLimitError as CapacityLimitError
 from functional_ws import InvalidConfigError as InvalidConfigError
 from functional_ws import InvalidConfigTypeError as InvalidConfigTypeError
+from functional_ws import InvalidDtypeError as InvalidDtypeError
 from functional_ws import InvalidPlanError as InvalidPlanError
+from functional_ws import InvalidShapeError as InvalidShapeError
 from functional_ws import InvalidSlotError as InvalidSlotError
 from functional_ws import InvalidSlotTypeError as InvalidSlotTypeError
 from functional_ws import InvalidSpecError as InvalidSpecError
@@ -129,7 +131,9 @@ __all__ = [
     "InputWrittenError",
     "InvalidConfigError",
     "InvalidConfigTypeError",
+    "InvalidDtypeError",
     "InvalidPlanError",
+    "InvalidShapeError",
     "InvalidSlotError",
     "InvalidSlotTypeError",
     "InvalidSpecError",

@@ -22,7 +22,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from functional_ws import InvalidConfigError, InvalidSpecError, ViewSpec, WorkspaceLockedError
+from functional_ws import (
+    InvalidConfigError,
+    InvalidDtypeError,
+    InvalidShapeError,
+    InvalidSpecError,
+    ViewSpec,
+    WorkspaceLockedError,
+)
 
 from .._device import LARGEST_ITEMSIZE
 from .._diagnostics import caller_origin
@@ -120,7 +127,7 @@ def _dim(dim: Any, argname: str) -> Any:
     if type(dim) is int:
         return dim
     if isinstance(dim, torch.Tensor):
-        raise InvalidSpecError(
+        raise InvalidShapeError(
             f"{argname} must be an int, got a tensor ({dim!r}). Pass int(t): the workspace "
             "takes Python ints, because reading a CUDA tensor's value is a device sync that "
             "a scratch request would hide."
@@ -169,7 +176,7 @@ def check_torch_dtypes(specs: tuple[Any, ...], name: str | None = None) -> None:
             and not isinstance(spec[1], torch.dtype)
         ):
             what = name or f"specs[{i}] dtype"
-            raise InvalidSpecError(
+            raise InvalidDtypeError(
                 f"{what} must be a torch.dtype such as torch.float32 (the views are torch "
                 f"tensors), got {spec[1]!r}."
             )

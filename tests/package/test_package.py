@@ -9,7 +9,7 @@ import functional_ws.testing
 
 CORE_NAMES = {
     "CapacityLimitError", "Change", "Diff", "Growth", "GrowthPolicy", "InvalidConfigError",
-    "InvalidConfigTypeError", "InvalidSlotTypeError",
+    "InvalidConfigTypeError", "InvalidSlotTypeError", "InvalidDtypeError", "InvalidShapeError",
     "InvalidPlanError", "InvalidSlotError", "InvalidSpecError", "LaneNotConfiguredError",
     "Layout", "PersistentKeyLockedError", "Slot", "SlotState", "Span",
     "UbatchNotConfiguredError", "ViewSpec", "WorkspaceError", "WorkspaceLockedError",
@@ -55,7 +55,7 @@ INTEROP_ERRORS_NAMES = {
     "FakeTensorError", "FunctionNotCallableError", "GradientTrackedError",
     "GrowthDuringCaptureError", "HandoffError",
     "InputModifiedError", "InputResizedError", "InputWrittenError", "InvalidConfigError",
-    "InvalidConfigTypeError", "InvalidSlotTypeError",
+    "InvalidConfigTypeError", "InvalidSlotTypeError", "InvalidDtypeError", "InvalidShapeError",
     "InvalidPlanError", "InvalidSlotError", "InvalidSpecError", "InvalidVmapMethodError",
     "JaxAlreadyStartedError", "JaxPreallocationWarning", "JaxSettingError",
     "LaneNotConfiguredError", "LazyViewError", "MisalignedViewError", "NegativeBitError",

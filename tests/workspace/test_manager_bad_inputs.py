@@ -332,3 +332,37 @@ def test_a_slot_index_of_the_wrong_type_is_a_type_error(lane):
     assert ws.state == WorkspaceManager(DEVICE, num_lanes=2).state
     with pytest.raises(interop.errors.InvalidSlotTypeError), use_workspace_ubatch(lane):
         ws.get_simultaneous(((4,), torch.uint8))
+
+
+BAD_REQUESTS = [
+    ("float-dim", ((2.0,), torch.float32)),
+    ("bool-dim", ((True,), torch.float32)),
+    ("nested-dims", (((2,),), torch.float32)),
+    ("int-shape", (4, torch.float32)),
+    ("negative-dim", ((-1,), torch.float32)),
+    ("huge", ((2**62,), torch.float32)),
+    ("string-dtype", ((4,), "float32")),
+    ("none-dtype", ((4,), None)),
+    ("numpy-dtype", ((4,), np.float32)),
+]
+
+
+@pytest.mark.parametrize("request_", [pytest.param(r, id=i) for i, r in BAD_REQUESTS])
+@pytest.mark.parametrize("grown", [False, True], ids=["fresh", "grown"])
+def test_a_bad_request_raises_what_the_original_raises_and_loses_nothing(request_, grown):
+    """Code written ``except TypeError:`` (or ``AttributeError``) around the original keeps
+    catching ours: each refusal is an ``InvalidSpecError`` and the original's class too."""
+    original, ours = ReferenceWorkspaceManager(DEVICE), WorkspaceManager(DEVICE)
+    if grown:
+        for ws in (original, ours):
+            ws.get_simultaneous(((64,), torch.uint8))
+    try:
+        original.get_simultaneous(request_)
+        builtin: type[BaseException] = ValueError  # it served garbage: ours refuses
+    except Exception as theirs:  # whatever the original raises
+        builtin = type(theirs)
+    before = ours.state
+    with pytest.raises(fws.InvalidSpecError) as caught:
+        ours.get_simultaneous(request_)
+    assert isinstance(caught.value, builtin), (builtin, type(caught.value))
+    assert ours.state == before
