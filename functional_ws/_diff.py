@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from ._presenters import Presented
+from ._presenters import Presented, robust_repr, safe_repr
 from ._state import Slot, SlotState, WorkspaceState
 
 #: Every workspace-wide field (all but the slots), so two unequal states never diff as equal.
@@ -13,6 +13,7 @@ _CONFIG = tuple(f.name for f in dataclasses.fields(WorkspaceState) if f.name != 
 _SLOT_FIELDS = tuple(f.name for f in dataclasses.fields(SlotState))
 
 
+@robust_repr
 @dataclasses.dataclass(frozen=True)
 class Change(Presented):
     """One difference: ``slot`` is ``None`` for workspace-wide fields.
@@ -39,7 +40,7 @@ class Diff(Presented, tuple[Change, ...]):
     _repr_pretty_ = Presented._repr_pretty_  # IPython reads it from the class itself
 
     def __repr__(self) -> str:
-        return f"Diff({tuple.__repr__(self)})"
+        return f"Diff({safe_repr(tuple(self))})"
 
 
 def diff(a: WorkspaceState, b: WorkspaceState) -> Diff:

@@ -8,7 +8,7 @@ from collections.abc import Hashable
 import jax
 
 from ._build import fast_constructor
-from ._presenters import Presented
+from ._presenters import Presented, robust_repr
 from ._spec import ViewSpec
 from ._state import Slot
 
@@ -18,6 +18,7 @@ Growth = tuple[tuple[Slot, int], ...]
 
 # Plans are static data, like the state: a jitted function may return them (no leaves).
 @jax.tree_util.register_static
+@robust_repr
 @dataclasses.dataclass(frozen=True, slots=True)
 class Layout(Presented):
     """The plan for one :func:`functional_ws.acquire` call.
@@ -66,6 +67,7 @@ class Layout(Presented):
 
 
 @jax.tree_util.register_static
+@robust_repr
 @dataclasses.dataclass(frozen=True, slots=True)
 class Span(Presented):
     """The plan for one :func:`functional_ws.retain` call: a span at the slot's end.

@@ -8,9 +8,10 @@ class (``import functional_ws`` always imports it). Without one they fall back t
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from html import escape
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 Kind = Literal["text", "html"]
 _RENDERERS: dict[tuple[type, str], Callable[[Any], str]] = {}
@@ -63,6 +64,65 @@ def install_key_namer(name: Callable[[Any], str | None]) -> None:
     nothing."""
     if name not in _KEY_NAMERS:
         _KEY_NAMERS.insert(0, name)
+
+
+_C = TypeVar("_C", bound=type)
+
+
+def robust_repr(cls: _C) -> _C:
+    """Give a dataclass a ``repr`` that never raises for a key inside it: its own, or where a
+    key's ``__repr__`` raises, the fields written with :func:`safe_repr` (the placeholder
+    :func:`key_text` writes for such a key). A REPL's echo, pytest's assertion messages and
+    debuggers call ``repr``."""
+    generated: Callable[[Any], str] = cls.__dict__["__repr__"]  # the dataclass's own
+
+    def __repr__(self: Any) -> str:
+        try:
+            return generated(self)
+        except Exception:
+            return fields_repr(self)
+
+    __repr__.__qualname__ = f"{cls.__qualname__}.__repr__"
+    type.__setattr__(cls, "__repr__", __repr__)
+    return cls
+
+
+def fields_repr(value: Any) -> str:
+    """``Class(field=..., ...)`` of a dataclass instance, each field by :func:`safe_repr`."""
+    parts = ", ".join(
+        f"{field.name}={safe_repr(getattr(value, field.name))}"
+        for field in dataclasses.fields(value)
+        if field.repr
+    )
+    return f"{type(value).__qualname__}({parts})"
+
+
+def safe_repr(value: object) -> str:
+    """``repr(value)``; where that raises (a key's ``__repr__`` inside), the containers and
+    dataclasses written part by part and the key as :func:`key_text` writes it.
+
+    Example:
+        >>> class Odd:
+        ...     def __repr__(self):
+        ...         raise ValueError("no")
+        >>> safe_repr(("kv", Odd()))
+        "('kv', <a key of type Odd whose repr raised ValueError>)"
+    """
+    try:
+        return repr(value)
+    except Exception:
+        pass
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return fields_repr(value)
+    if isinstance(value, tuple):
+        inner = ", ".join(safe_repr(v) for v in value)
+        return f"({inner},)" if len(value) == 1 else f"({inner})"
+    if isinstance(value, (frozenset, set)):
+        inner = ", ".join(safe_repr(v) for v in value)
+        return f"{type(value).__name__}({{{inner}}})"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{safe_repr(k)}: {safe_repr(v)}" for k, v in value.items()) + "}"
+    return key_text(value)
 
 
 def key_text(key: object) -> str:

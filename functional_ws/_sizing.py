@@ -21,7 +21,7 @@ import numpy as np
 from ._errors import InvalidTraceError, TraceMismatchError, TraceTypeError
 from ._layout import Growth
 from ._ops import _grow, claim, fit, initial_state, retain
-from ._presenters import Presented
+from ._presenters import Presented, robust_repr
 from ._spec import ViewSpec
 from ._state import SlotState, WorkspaceState, with_slots
 from ._trace import Trace
@@ -32,6 +32,7 @@ _UINT8 = np.dtype("uint8")
 
 
 @jax.tree_util.register_static
+@robust_repr
 @dataclasses.dataclass(frozen=True, slots=True)
 class Shortfall(Presented):
     """One request of a trace that a state does not cover.

@@ -47,7 +47,7 @@ from ._errors import (
     LaneNotConfiguredError,
     UbatchNotConfiguredError,
 )
-from ._presenters import Presented
+from ._presenters import Presented, robust_repr
 
 #: A slot is an ``(ubatch, lane)`` pair.
 Slot = tuple[int, int]
@@ -60,6 +60,7 @@ MAX_SLOTS = 2**16
 
 
 @jax.tree_util.register_static
+@robust_repr
 @dataclasses.dataclass(frozen=True, slots=True)
 class SlotState:
     """What the planner knows about one ``(ubatch, lane)`` slot.
@@ -81,6 +82,7 @@ class SlotState:
 
 
 @jax.tree_util.register_static
+@robust_repr
 @dataclasses.dataclass(frozen=True, slots=True)
 class WorkspaceState(Presented):
     """The manager's whole state, immutable and hashable; equality is by value.

@@ -18,7 +18,7 @@ import numpy as np
 
 from ._checks import check_int, is_int
 from ._errors import InvalidTraceError
-from ._presenters import Presented, key_text
+from ._presenters import Presented, key_text, robust_repr
 from ._spec import MAX_BYTES
 from ._state import Slot
 
@@ -56,6 +56,7 @@ def check_slot(slot: Any, where: str, error: type[Exception]) -> Slot:
 
 
 @jax.tree_util.register_static
+@robust_repr
 @dataclasses.dataclass(frozen=True, slots=True)
 class TraceEvent(Presented):
     """One request of a trace. Construction checks that the fields agree with each other.

@@ -90,3 +90,23 @@ def test_a_key_whose_repr_raises_is_shown_as_a_placeholder():
     assert all(placeholder in text or escape(placeholder) in text for text in texts)
     assert f"persistent keys: {placeholder}" in str(s)
     assert f"persistent_keys +{placeholder}" in str(d)
+
+
+def test_repr_of_every_value_holding_such_a_key_shows_the_placeholder():
+    """``repr`` is what a REPL echoes, pytest's assertion messages and debuggers print: it
+    raised the key's ValueError for a state, a slot, a span, a diff, a trace event and a
+    shortfall."""
+    key = _UnprintableKey()
+    s, _ = fws.acquire(fws.initial_state(), (0, 0), ((4096,), U8))
+    s = fws.claim(s, (0, 0), key)[0]
+    s, span, _ = fws.retain(s, (0, 0), key, ((300,), F32))
+    trace = fws.Trace().claim((0, 0), key)
+    (shortfall,) = fws.replay(fws.lock(fws.initial_state()), trace)
+    values = [s, s.slots[0], span, fws.diff(fws.initial_state(), s), trace.events[0], shortfall]
+    placeholder = "<a key of type _UnprintableKey whose repr raised ValueError>"
+    for value in values:
+        assert placeholder in repr(value), type(value).__name__
+        assert repr(value).startswith(type(value).__name__ + "(")
+    assert str(s.slots[0]) == repr(s.slots[0])
+    assert repr(fws.initial_state()) == repr(fws.initial_state())  # the dataclass's own
+    assert "WorkspaceState(num_ubatches=1" in repr(fws.initial_state())
