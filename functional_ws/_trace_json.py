@@ -174,12 +174,15 @@ def events_from_json(text: str | bytes) -> tuple[TraceEvent, ...]:
 
 def _events_from_json(text: str | bytes | bytearray) -> tuple[TraceEvent, ...]:
     try:
-        data = json.loads(text)
+        data = json.loads(text, object_pairs_hook=_unique_fields)
+    except InvalidTraceError:
+        raise
     except ValueError as err:  # JSONDecodeError, and bytes that are not UTF-8
         raise InvalidTraceError(f"text is not JSON: {err}.") from None
     if type(data) is not dict:
         raise InvalidTraceError(f"trace must be a JSON object, got {data!r:.80}.")
-    if data.get("format") != FORMAT or data.get("version") != VERSION:
+    version = data.get("version")
+    if data.get("format") != FORMAT or type(version) is not int or version != VERSION:
         raise InvalidTraceError(
             f"trace must have format={FORMAT!r} and version={VERSION}, got "
             f"format={data.get('format')!r}, version={data.get('version')!r}."
@@ -188,6 +191,17 @@ def _events_from_json(text: str | bytes | bytearray) -> tuple[TraceEvent, ...]:
     if type(events) is not list:
         raise InvalidTraceError(f"trace['events'] must be a list, got {events!r:.80}.")
     return tuple(_event_from_json(e, f"trace['events'][{i}]") for i, e in enumerate(events))
+
+
+def _unique_fields(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object's fields, refusing one written twice (JSON would keep the last
+    silently: a trace edited by hand could claim 4 B where it said 4 MB first)."""
+    data = dict(pairs)
+    if len(data) != len(pairs):
+        names = [name for name, _ in pairs]
+        twice = next(name for name in names if names.count(name) > 1)
+        raise InvalidTraceError(f"text has the field {twice!r} twice in one object.")
+    return data
 
 
 def _event_from_json(data: Any, where: str) -> TraceEvent:

@@ -204,6 +204,13 @@ BAD_JSON = [
      fws.InvalidTraceError, ["version", "2"]),
     ("events", '{"format": "functional-ws/trace", "version": 1, "events": {}}',
      fws.InvalidTraceError, ["trace['events']", "{}"]),
+    ("version-true", '{"format": "functional-ws/trace", "version": true, "events": []}',
+     fws.InvalidTraceError, ["version=True"]),
+    ("version-float", '{"format": "functional-ws/trace", "version": 1.0, "events": []}',
+     fws.InvalidTraceError, ["version=1.0"]),
+    ("field-twice", '{"format": "functional-ws/trace", "version": 1, "events": [{"kind": '
+     '"acquire", "slot": [0, 0], "views": [[4000000, "uint8"]], "views": [[4, "uint8"]]}]}',
+     fws.InvalidTraceError, ["field 'views' twice"]),
     ("nested-json", "[" * 100_000 + "]" * 100_000, fws.InvalidTraceError, ["nested too deeply"]),
     ("nested-key", '{"format": "functional-ws/trace", "version": 1, "events": [{"kind": '
      '"claim", "slot": [0, 0], "key": ' + '{"tuple": [' * 2000 + "]}" * 2000 + "}]}",
