@@ -70,13 +70,23 @@ class Call:
     kept: list[Any] | None = None  # the residuals as tensors where torch has their dtype
     #: The forward's residual leaves as JAX arrays, for the first backward (then dropped).
     leaves: list[Any] | None = None
+    #: For a call of a function the bridge derives (a VJP, a JVP, a batch), the functions
+    #: it calls in turn and a live wrapper of each, down to the user's: a node of a graph
+    #: made with ``create_graph=True`` outlives the call that made it, and the user's
+    #: wrapper may be gone by its backward.
+    lineage: tuple[tuple[Any, Any], ...] = ()
 
     def revive(self) -> None:
-        """Make the function callable again if every wrapper of it was freed since the
-        forward (a backward, a jvp or a vmap rule may need to trace it again)."""
-        function = self.plan.fn
-        if isinstance(function, Function) and not function.is_live():
-            function.adopt(self.wrapper)
+        """Make the function (and those it calls, :attr:`lineage`) callable again if every
+        wrapper of it was freed since the forward (a backward, a jvp or a vmap rule may
+        need to trace it again)."""
+        for function, wrapper in ((self.plan.fn, self.wrapper), *self.lineage):
+            if isinstance(function, Function) and not function.is_live():
+                function.adopt(wrapper)
+
+    def descent(self) -> tuple[tuple[Any, Any], ...]:
+        """The :attr:`lineage` of a call of a function derived from this call's."""
+        return ((self.plan.fn, self.wrapper), *self.lineage)
 
 
 def _handoff(call: Call) -> Any:
@@ -243,7 +253,7 @@ class JaxFunction(torch.autograd.Function):
         leaves, treedef = jax.tree_util.tree_flatten(
             ((list(tensors[: call.n_diff]), arrays, diff_tangents), {})
         )
-        return tuple(run(call.plan.jvp, leaves, treedef))
+        return tuple(run(call.plan.jvp, leaves, treedef, call.descent()))
 
     @staticmethod
     def vmap(
@@ -254,7 +264,7 @@ class JaxFunction(torch.autograd.Function):
         others = [array for slot, array in zip(call.tensor_slots, call.arrays, strict=True)
                   if slot < 0]  # fmt: skip
         leaves, treedef = jax.tree_util.tree_flatten(((list(tensors), others), {}))
-        returned: _vjp.Returned = run(batched, leaves, treedef)
+        returned: _vjp.Returned = run(batched, leaves, treedef, call.descent())
         call.outputs = returned.outputs
         return tuple(returned.arrays), (0,) * len(returned.arrays)
 
@@ -324,7 +334,7 @@ def _differentiates(leaves: list[Any]) -> Any:
     return is_differentiated if grad else None
 
 
-def run(function: Function, leaves: list[Any], treedef: Any) -> Any:
+def run(function: Function, leaves: list[Any], treedef: Any, lineage: tuple[Any, ...] = ()) -> Any:
     """Call ``function`` on the pytree ``treedef`` of ``leaves`` (tensors among them): as
     one autograd node where autograd, forward mode or a ``torch.func`` transform needs
     one, else by handing the tensors over and back. Returns its result with tensors for
@@ -337,7 +347,7 @@ def run(function: Function, leaves: list[Any], treedef: Any) -> Any:
     try:
         differentiated = _differentiates(leaves)
         if differentiated is not None:
-            return call_differentiably(function, leaves, treedef, differentiated)
+            return call_differentiably(function, leaves, treedef, differentiated, lineage)
         handoff = to_jax_or_copy if function.copies_inputs else to_jax
         arguments = [
             handoff(leaf.detach() if leaf.requires_grad else leaf)
@@ -365,7 +375,11 @@ LEGACY_VMAP_ADVICE = (
 
 
 def call_differentiably(
-    function: Function, leaves: list[Any], treedef: Any, differentiated: Any = is_differentiated
+    function: Function,
+    leaves: list[Any],
+    treedef: Any,
+    differentiated: Any = is_differentiated,
+    lineage: tuple[Any, ...] = (),
 ) -> Any:
     """Call ``function`` on the pytree ``treedef`` of ``leaves`` (torch tensors among them,
     some differentiated) as one autograd node; returns its result with tensors for arrays.
@@ -375,6 +389,8 @@ def call_differentiably(
         leaves: the leaves of ``(args, kwargs)``.
         treedef: their pytree.
         differentiated: which tensor leaves are differentiated.
+        lineage: for a function the bridge derives, :meth:`Call.descent` of the call it
+            was derived from.
     """
     kinds: list[int] = []
     diff: list[torch.Tensor] = []
@@ -414,7 +430,7 @@ def call_differentiably(
         plan = plans[key] = _vjp.Plan(function, signature, jitted=function.jitted)
     n_diff = len(diff)
     slots_of_tensors = tuple(s + n_diff if s >= 0 else -1 for s in slots)
-    call = Call(plan, n_diff, arrays, slots_of_tensors, wrapper=function.live())
+    call = Call(plan, n_diff, arrays, slots_of_tensors, wrapper=function.live(), lineage=lineage)
     apply: Any = JaxFunction.apply if _transforms_active() else _apply
     results = apply(call, *diff, *others)
     assert call.outputs is not None  # set by the forward (or the vmap rule)
@@ -449,7 +465,7 @@ def _legacy_batched_backward(
         for slot, array in zip(call.tensor_slots, call.arrays, strict=True)
     ]
     leaves, treedef = jax.tree_util.tree_flatten(((diff, arrays, cotangents, needed), {}))
-    gradients = run(call.plan.vjp_batched, leaves, treedef)
+    gradients = run(call.plan.vjp_batched, leaves, treedef, call.descent())
     batched = [None if g is None else _private.legacy_batched(g, level) for g in gradients]
     return [*batched, *[None] * (len(tensors) - call.n_diff)]
 
@@ -469,5 +485,5 @@ def higher_order(
         for slot, array in zip(call.tensor_slots, call.arrays, strict=True)
     ]
     leaves, treedef = jax.tree_util.tree_flatten(((diff, arrays, list(grads), needed), {}))
-    gradients = run(call.plan.vjp, leaves, treedef)
+    gradients = run(call.plan.vjp, leaves, treedef, call.descent())
     return [*gradients, *[None] * (len(tensors) - call.n_diff)]

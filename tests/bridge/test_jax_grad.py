@@ -3,6 +3,8 @@ integer leaves that never break a backward, and no gradient from overwritten byt
 
 from __future__ import annotations
 
+import gc
+
 import jax
 import jax.numpy as jnp
 import pytest
@@ -102,6 +104,22 @@ def test_third_order_gradients():
     (g3,) = torch.autograd.grad(g2.sum(), v)
     assert g1.tolist() == [4.0, 32.0] and g2.tolist() == [12.0, 48.0]
     assert g3.tolist() == [24.0, 48.0]
+
+
+@pytest.mark.parametrize("jitted", [False, True], ids=["eager", "jitted"])
+def test_third_order_through_a_wrapper_freed_after_the_first(jitted):
+    """The graph ``create_graph=True`` makes outlives the call: its backward needs the
+    user's function after the inline wrapper (and the function) are gone."""
+    v = torch.tensor([1.0, 2.0], requires_grad=True)
+    fn = lambda a: jnp.sum(a**4)  # noqa: E731 - freed below
+    (g1,) = torch.autograd.grad(
+        interop.jax_call(jax.jit(fn) if jitted else fn)(v), v, create_graph=True
+    )
+    del fn
+    gc.collect()
+    (g2,) = torch.autograd.grad(g1.sum(), v, create_graph=True)
+    (g3,) = torch.autograd.grad(g2.sum(), v)
+    assert g2.tolist() == [12.0, 48.0] and g3.tolist() == [24.0, 48.0]
 
 
 @pytest.mark.parametrize(
