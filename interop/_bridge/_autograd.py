@@ -142,6 +142,24 @@ def _results(outs: Sequence[Any], tensors: Sequence[torch.Tensor]) -> tuple[torc
     return tuple(results)
 
 
+def _aliases(outputs: Sequence[Any], tensors: Sequence[torch.Tensor]) -> dict[int, int]:
+    """Per output that is an input returned as is (:func:`_as_input`'s view), the input's
+    index: its tangent is the input's, which the jvp rule must hand back as a view."""
+    found = {}
+    for i, out in enumerate(outputs):
+        base = out._base if isinstance(out, torch.Tensor) and out.numel() else None
+        if base is None:
+            continue
+        for j, tensor in enumerate(tensors):
+            same_bytes = tensor is base or (
+                tensor._base is base and tensor.data_ptr() == out.data_ptr()
+            )
+            if same_bytes and tensor.shape == out.shape and tensor.stride() == out.stride():
+                found[i] = j
+                break
+    return found
+
+
 def _saved_as_tensor(array: Any) -> Any:
     """A kept residual as a tensor for ``save_for_backward`` (zero-copy), or the array
     itself where torch has no such dtype."""
@@ -186,6 +204,7 @@ class JaxFunction(torch.autograd.Function):
         ctx.set_materialize_grads(False)
         if _dual_level_active() or _transforms_active():  # else jvp is never called
             ctx.save_for_forward(*tensors)
+            ctx.aliases = _aliases(output, tensors)
         residuals = call.residuals
         if residuals is None:  # the vmap rule ran instead, or the forward kept none
             ctx.info = None
@@ -253,7 +272,11 @@ class JaxFunction(torch.autograd.Function):
         leaves, treedef = jax.tree_util.tree_flatten(
             ((list(tensors[: call.n_diff]), arrays, diff_tangents), {})
         )
-        return tuple(run(call.plan.jvp, leaves, treedef, call.descent()))
+        found = list(run(call.plan.jvp, leaves, treedef, call.descent()))
+        for out, index in ctx.aliases.items():  # torch: a view's tangent is a view too
+            tangent = tangents[1 + index]
+            found[out] = None if tangent is None else tangent.view_as(tangent)
+        return tuple(found)
 
     @staticmethod
     def vmap(

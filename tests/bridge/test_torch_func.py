@@ -72,6 +72,21 @@ def test_a_dual_tensor_keeps_its_tangent(layer):
     _close(got, want.tangent)
 
 
+@pytest.mark.parametrize("jitted", [False, True], ids=["eager", "jitted"])
+def test_a_dual_tensor_through_a_function_returning_its_input(jitted):
+    """An eager function returning its argument as is gives back a view of the input, and
+    torch then wants a view as its tangent (it raised "the jvp is not returning a view")."""
+    fn = lambda a: (a, jnp.sin(a))  # noqa: E731
+    layer = interop.jax_call(jax.jit(fn) if jitted else fn)
+    x, tangent = torch.linspace(-1, 1, 3), torch.full((3,), 2.0)
+    with forward_ad.dual_level():
+        same, sine = layer(forward_ad.make_dual(x, tangent))
+        got = [forward_ad.unpack_dual(t).tangent for t in (same, sine)]
+    torch.testing.assert_close(got[0], tangent)
+    torch.testing.assert_close(got[1], torch.cos(x) * tangent)
+    torch.testing.assert_close(jvp(lambda a: layer(a)[0], (x,), (tangent,))[1], tangent)
+
+
 def test_a_dual_tensor_that_requires_grad(layer):
     w, x, _ = _data()
     w.requires_grad_()
