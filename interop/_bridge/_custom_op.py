@@ -315,9 +315,12 @@ def _describe_result(result: Any) -> tuple[Any, list[Any]]:
 def _record(entry: Entry, structure: Any) -> None:
     if entry.result is not None and entry.result != structure:
         raise UnsupportedPytreeError(
-            "jax_call under torch.compile: the function's result changed structure with "
-            f"its input shapes ({entry.result} then {structure}); a compiled call needs "
-            "one structure per argument structure."
+            "jax_call under torch.compile: the function's result changed structure between "
+            f"calls with arguments of one structure ({entry.result} then {structure}): its "
+            "input shapes, or the value of an int or float argument (those go through the "
+            "compiled op as values, not as part of its key), decided it. A compiled call "
+            "needs one result structure per argument structure: return the same structure "
+            "(pad, or return None leaves), or pass the deciding value as a string."
         )
     entry.result = structure
 

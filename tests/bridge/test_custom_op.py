@@ -74,6 +74,16 @@ def test_a_result_the_graph_cannot_rebuild_is_refused_clearly():
         _custom_op.jax_call_op(key, [torch.empty(2, device="meta")], [], [])
 
 
+def test_a_result_structure_an_int_decides_names_the_int_when_compiled():
+    heads = interop.jax_call(lambda a, n: tuple(a * i for i in range(n)))
+    compiled = torch.compile(lambda a, n: heads(a, n), backend="eager")
+    x = torch.ones(3)
+    assert len(compiled(x, 2)) == len(heads(x, 2)) == 2
+    assert len(heads(x, 3)) == 3  # eager: any structure
+    with pytest.raises(interop.errors.UnsupportedPytreeError, match="value of an int or float"):
+        compiled(x, 3)
+
+
 def test_fake_and_real_results_agree_on_dict_order():
     fn = lambda x: {"b": x * 2, "a": x.sum()}  # noqa: E731
     key = _custom_op.add_entry(fn, ("tuple", ("T",)), jitted=False)
