@@ -56,7 +56,7 @@ import torch
 from .._compile import run_eagerly
 from .._errors import UnsupportedDtypeError, UnsupportedPytreeError
 from .._locks import renew_after_fork
-from .._private import constant_result
+from .._private import constant_result, dual_level_active
 from . import _vjp
 from ._autograd import OVERWRITE_NOTE, is_differentiated
 from ._exchange import compact_cotangent, to_jax_or_copy
@@ -86,6 +86,7 @@ class _Caller(Protocol):
     def __call__(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any: ...
 
 
+_dual_level_active = dual_level_active
 _lock = threading.Lock()
 renew_after_fork(sys.modules[__name__], "_lock")  # after a fork: free
 #: Per key, the callers of the wrappers of that function (any live one serves).
@@ -195,7 +196,9 @@ def traced_call(caller_key: str, args: tuple[Any, ...], kwargs: dict[str, Any]) 
     ints: list[Any] = []
     floats: list[Any] = []
     structure = describe((args, kwargs), tensors, ints, floats)
-    if structure is None:
+    if structure is None or _dual_level_active():
+        # (Forward mode: the op has no tangent rule; on torch 2.13 the compiled graph then
+        # dropped the tangent silently. The eager call has one, the jvp rule.)
         return _call_eagerly(caller_key, args, kwargs)
     key = op_key(caller_key, structure)
     results = jax_call_op(key, tensors, ints, floats)

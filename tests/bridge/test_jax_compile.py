@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 import torch
+from torch.autograd import forward_ad
 
 import interop
 from interop._bridge._custom_op import EAGER_ADVICE
@@ -156,3 +157,19 @@ def test_default_mode_runs_a_jax_array_argument_eagerly():
     want = w.detach().clone().requires_grad_()
     layer({"w": want, "b": b}, x, index, 3)[0].sum().backward()
     assert torch.allclose(w.grad, want.grad)
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_forward_mode_under_compile_keeps_the_tangent(backend):
+    """The op has no tangent rule (torch 2.13 then dropped the tangent silently): inside a
+    dual level the call runs eagerly, where the jvp rule gives it. Compiled first outside
+    one, then called inside one, too."""
+    sine = interop.jax_call(jax.jit(jnp.sin))
+    compiled = torch.compile(lambda a: sine(a) * 2, backend=backend)
+    x, tangent = torch.linspace(-1, 1, 3), torch.full((3,), 0.5)
+    torch.testing.assert_close(compiled(x), torch.sin(x) * 2)
+    with forward_ad.dual_level():
+        out = compiled(forward_ad.make_dual(x, tangent))
+        got = forward_ad.unpack_dual(out).tangent
+    assert got is not None
+    torch.testing.assert_close(got, torch.cos(x) * tangent * 2)
