@@ -143,18 +143,24 @@ def _results(outs: Sequence[Any], tensors: Sequence[torch.Tensor]) -> tuple[torc
 
 
 def _aliases(outputs: Sequence[Any], tensors: Sequence[torch.Tensor]) -> dict[int, int]:
-    """Per output that is an input returned as is (:func:`_as_input`'s view), the input's
-    index: its tangent is the input's, which the jvp rule must hand back as a view."""
+    """Per output that is an input returned as is (:func:`_as_input`'s view: the same bytes,
+    shape, strides and dtype), the input's index: its tangent is the input's, which the
+    jvp rule must hand back as a view."""
     found = {}
     for i, out in enumerate(outputs):
-        base = out._base if isinstance(out, torch.Tensor) and out.numel() else None
-        if base is None:
+        if not isinstance(out, torch.Tensor) or not out.numel():
             continue
         for j, tensor in enumerate(tensors):
-            same_bytes = tensor is base or (
-                tensor._base is base and tensor.data_ptr() == out.data_ptr()
-            )
-            if same_bytes and tensor.shape == out.shape and tensor.stride() == out.stride():
+            try:
+                same = tensor.data_ptr() == out.data_ptr()
+            except RuntimeError:  # a torch.func wrapper has no storage: its rule differs
+                return {}
+            if (
+                same
+                and tensor.dtype == out.dtype
+                and tensor.shape == out.shape
+                and tensor.stride() == out.stride()
+            ):
                 found[i] = j
                 break
     return found
