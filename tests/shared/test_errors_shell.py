@@ -12,7 +12,7 @@ from functional_ws import WorkspaceError
 from interop import _errors
 
 ERRORS = _errors.PUBLIC_ERRORS
-WARNINGS = (interop.errors.JaxPreallocationWarning,)
+WARNINGS = (interop.errors.JaxPreallocationWarning, interop.errors.DroppedGradientWarning)
 
 # Every refusal of a handoff, in both directions, and the builtin it also is (besides
 # BufferError): torch's ``__dlpack__`` raises BufferError for what it cannot export, and
@@ -52,6 +52,7 @@ NOT_REFUSALS = {
     interop.errors.ResultShapeError: ValueError,
     interop.errors.ResultDtypeError: TypeError,
     interop.errors.ResultDeviceError: ValueError,
+    interop.errors.ResultLayoutError: TypeError,
     interop.errors.InputModifiedError: RuntimeError,
     interop.errors.InputWrittenError: RuntimeError,
     interop.errors.InputResizedError: RuntimeError,
@@ -102,6 +103,7 @@ PARENTS = {
     interop.errors.ResultShapeError: interop.errors.ResultMismatchError,
     interop.errors.ResultDtypeError: interop.errors.ResultMismatchError,
     interop.errors.ResultDeviceError: interop.errors.ResultMismatchError,
+    interop.errors.ResultLayoutError: interop.errors.ResultMismatchError,
     interop.errors.InputWrittenError: interop.errors.InputModifiedError,
     interop.errors.InputResizedError: interop.errors.InputModifiedError,
     interop.errors.NoGradientError: interop.errors.TorchCallError,
