@@ -75,6 +75,8 @@ class Call:
     #: made with ``create_graph=True`` outlives the call that made it, and the user's
     #: wrapper may be gone by its backward.
     lineage: tuple[tuple[Any, Any], ...] = ()
+    #: Per result that is an input returned as is, that input's index among the tensors.
+    aliases: dict[int, int] = dataclasses.field(default_factory=dict)
 
     def revive(self) -> None:
         """Make the function (and those it calls, :attr:`lineage`) callable again if every
@@ -113,28 +115,27 @@ def _input_array(call: Call, tensors: Sequence[torch.Tensor], index: int) -> Any
     return handoff(tensors[slot].detach()) if slot >= 0 else call.arrays[index - call.n_diff]
 
 
-def _as_input(out: torch.Tensor, tensors: Sequence[torch.Tensor]) -> torch.Tensor:
-    """``out``, or a view of the input it aliases (an eager function returning an argument
-    as is): torch then tracks it as a view of that input, version counter included. A view,
+def _as_input(out: torch.Tensor, tensor: torch.Tensor) -> torch.Tensor:
+    """A view of ``tensor``, the input an eager function returned as is (``out`` is over its
+    bytes): torch then tracks it as a view of that input, version counter included. A view,
     not the input itself: torch refuses to save an input returned as is for the backward
     (``setup_context`` saves the inputs)."""
-    if not out.numel():
-        return out
-    pointer = out.data_ptr()
-    for tensor in tensors:
-        if tensor.data_ptr() == pointer:
-            same = tensor.shape == out.shape and tensor.stride() == out.stride()
-            return tensor.view_as(tensor) if same and tensor.dtype == out.dtype else out.clone()
-    return out
+    same = tensor.shape == out.shape and tensor.stride() == out.stride()
+    return tensor.view_as(tensor) if same and tensor.dtype == out.dtype else out.clone()
 
 
-def _results(outs: Sequence[Any], tensors: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
-    """The forward's arrays as tensors: an input returned as is stays that input; two
-    results of one array are two tensors with buffers of their own."""
-    results = [_as_input(to_torch(out), tensors) for out in outs]
-    seen: set[int] = set()
+def _results(
+    outs: Sequence[Any], tensors: Sequence[torch.Tensor], aliases: dict[int, int]
+) -> tuple[torch.Tensor, ...]:
+    """The forward's arrays as tensors: an input returned as is (``aliases``: result index
+    -> index among ``tensors``) stays that input; any other result over an input's bytes,
+    and two results of one array, get buffers of their own."""
+    results = [to_torch(out) for out in outs]
+    for i, index in aliases.items():
+        results[i] = _as_input(results[i], tensors[index])
+    seen = {t.data_ptr() for t in tensors if t.numel()}
     for i, result in enumerate(results):
-        if result.numel():
+        if i not in aliases and result.numel():
             pointer = result.data_ptr()
             if pointer in seen:
                 results[i] = result.clone()
@@ -142,28 +143,13 @@ def _results(outs: Sequence[Any], tensors: Sequence[torch.Tensor]) -> tuple[torc
     return tuple(results)
 
 
-def _aliases(outputs: Sequence[Any], tensors: Sequence[torch.Tensor]) -> dict[int, int]:
-    """Per output that is an input returned as is (:func:`_as_input`'s view: the same bytes,
-    shape, strides and dtype), the input's index: its tangent is the input's, which the
-    jvp rule must hand back as a view."""
-    found = {}
-    for i, out in enumerate(outputs):
-        if not isinstance(out, torch.Tensor) or not out.numel():
-            continue
-        for j, tensor in enumerate(tensors):
-            try:
-                same = tensor.data_ptr() == out.data_ptr()
-            except RuntimeError:  # a torch.func wrapper has no storage: its rule differs
-                return {}
-            if (
-                same
-                and tensor.dtype == out.dtype
-                and tensor.shape == out.shape
-                and tensor.stride() == out.stride()
-            ):
-                found[i] = j
-                break
-    return found
+def _aliases(call: Call, outs: Sequence[Any], diff: list[Any], arrays: list[Any]) -> dict[int, int]:
+    """Per result that IS one of the differentiated arrays the forward was handed (an eager
+    function returning an argument as is: JAX hands back the very object), that argument's
+    index among the tensors ``apply`` got. By identity, not by address: two inputs may share
+    bytes (two duals of one tensor), and each has its own tangent."""
+    inputs = {id(array): index for index, array in enumerate(diff)}
+    return {i: inputs[id(out)] for i, out in enumerate(outs) if id(out) in inputs}
 
 
 def _saved_as_tensor(array: Any) -> Any:
@@ -191,15 +177,16 @@ class JaxFunction(torch.autograd.Function):
         arrays = _jax_arrays(call, tensors)
         outs, residuals, call.outputs = call.plan.forward_or_primal(diff, arrays)
         call.residuals = residuals
+        call.aliases = _aliases(call, outs, diff, arrays)
         if residuals is None:  # a derived function JAX cannot linearize: none to read
-            return _results(outs, tensors)
+            return _results(outs, tensors, call.aliases)
         info = residuals.info
         # What the first backward reads, as JAX arrays already over the same bytes: it
         # uses them once torch's version counters have vouched for the tensors (a copy of
         # none of them; they live no longer than the saved tensors do).
         sources = {_vjp.KEPT: residuals.kept, _vjp.INPUT: [*diff, *arrays], _vjp.OUTPUT: outs}
         call.leaves = [sources[kind][index] for kind, index in info.where]
-        return _results(outs, tensors)
+        return _results(outs, tensors, call.aliases)
 
     @staticmethod
     def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
@@ -210,7 +197,6 @@ class JaxFunction(torch.autograd.Function):
         ctx.set_materialize_grads(False)
         if _dual_level_active() or _transforms_active():  # else jvp is never called
             ctx.save_for_forward(*tensors)
-            ctx.aliases = _aliases(output, tensors)
         residuals = call.residuals
         if residuals is None:  # the vmap rule ran instead, or the forward kept none
             ctx.info = None
@@ -279,9 +265,10 @@ class JaxFunction(torch.autograd.Function):
             ((list(tensors[: call.n_diff]), arrays, diff_tangents), {})
         )
         found = list(run(call.plan.jvp, leaves, treedef, call.descent()))
-        for out, index in ctx.aliases.items():  # torch: a view's tangent is a view too
+        for out, index in call.aliases.items():  # torch: a view's tangent is a view too
             tangent = tangents[1 + index]
-            found[out] = None if tangent is None else tangent.view_as(tangent)
+            if tangent is not None:
+                found[out] = tangent.view_as(tangent)
         return tuple(found)
 
     @staticmethod

@@ -46,14 +46,24 @@ def test_a_layout_jax_cannot_alias_is_made_dense():
 
 
 def test_a_result_over_an_input_is_a_view_of_that_input():
-    x, other = torch.ones(4), torch.zeros(4)
-    got = _autograd._as_input(x.view(4), [other, x])
+    x = torch.ones(4)
+    got = _autograd._as_input(x.view(4), x)
     assert got._base is x and got.data_ptr() == x.data_ptr()
     x.add_(1)  # one version counter: torch sees writes through either
     assert got._version == x._version
-    reshaped = _autograd._as_input(x.view(2, 2), [x])  # same bytes, another shape: a copy
+    reshaped = _autograd._as_input(x.view(2, 2), x)  # same bytes, another shape: a copy
     assert reshaped is not x and reshaped.data_ptr() != x.data_ptr()
-    assert _autograd._as_input(other * 1, [x]).data_ptr() != x.data_ptr()
+
+
+def test_an_input_jax_does_not_differentiate_returned_as_is_gets_a_buffer_of_its_own():
+    """Only a differentiated input returned as is stays a view (its tangent and gradient
+    are its own); another one's bytes under a second tensor would keep a second version
+    counter, so it is copied."""
+    v, w = torch.ones(4, requires_grad=True), torch.full((4,), 2.0)
+    same, doubled = interop.jax_call(lambda v, w: (w, v * 2))(v, w)
+    assert same.data_ptr() != w.data_ptr() and same.tolist() == [2.0] * 4
+    doubled.sum().backward()
+    assert v.grad.tolist() == [2.0] * 4
 
 
 @pytest.mark.parametrize("n_args", [1, 2])

@@ -87,6 +87,24 @@ def test_a_dual_tensor_through_a_function_returning_its_input(jitted):
     torch.testing.assert_close(jvp(lambda a: layer(a)[0], (x,), (tangent,))[1], tangent)
 
 
+def test_inputs_sharing_bytes_keep_their_own_tangents():
+    """Two duals of one tensor share its bytes: the result that is the second must carry the
+    second's tangent (matched by the array JAX hands back, not by address), and a result
+    beside a plain input returned as is keeps its tangent."""
+    x, t1, t2 = torch.ones(2), torch.full((2,), 1.0), torch.full((2,), 5.0)
+    second = interop.jax_call(lambda a, b: b)
+    beside = interop.jax_call(lambda plain, y: (plain, y * 1))
+    with forward_ad.dual_level():
+        got = forward_ad.unpack_dual(
+            second(forward_ad.make_dual(x, t1), forward_ad.make_dual(x, t2))
+        ).tangent
+        plain, scaled = beside(x.clone(), forward_ad.make_dual(x, t1))
+        tangents = [forward_ad.unpack_dual(t).tangent for t in (plain, scaled)]
+    torch.testing.assert_close(got, t2)
+    assert tangents[0] is None or not tangents[0].any()  # zero: nothing flows there
+    torch.testing.assert_close(tangents[1], t1)
+
+
 def test_a_dual_tensor_that_requires_grad(layer):
     w, x, _ = _data()
     w.requires_grad_()
