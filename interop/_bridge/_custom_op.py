@@ -226,6 +226,9 @@ class Entry:
     result: Any = None
     #: Whether tensors JAX cannot alias are copied (a backward's cotangents), not refused.
     copies_inputs: bool = False
+    #: The function's :class:`Function`, held: its number (in the key) is then never given
+    #: to a twin while this entry can run (a twin would find this entry under its key).
+    owner: Any = None
 
 
 _entries: dict[str, Entry] = {}
@@ -246,7 +249,8 @@ def _op_key(caller_key: str, structure: Any) -> str:
     with _lock:
         if key not in _entries:  # a compiled graph may call it later: keep the wrapper
             caller = _caller(caller_key)
-            _entries[key] = Entry(caller.fn, structure, caller.function.jitted)
+            function = caller.function
+            _entries[key] = Entry(caller.fn, structure, function.jitted, owner=function)
     return key
 
 

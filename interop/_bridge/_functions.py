@@ -166,9 +166,10 @@ def _forget(key: tuple[int, Any]) -> None:
 
 def _number(function: Function) -> str:
     """``name@fingerprint#n``: n is the lowest number no live function of this fingerprint
-    holds (see the module). A dead function's number serves the next one (a closure made
-    anew each step keeps its key), never a live one's: two live functions sharing a key
-    would run each other's code in compiled graphs."""
+    holds (see the module). A dead function's number serves the next one, never a live
+    one's: two live functions sharing a key would run each other's code in compiled
+    graphs. (A function a compiled graph calls stays alive with its entry, number
+    included.)"""
     fingerprint = _fingerprint(function)
     with _lock:
         same = _numbered.setdefault(fingerprint, {})

@@ -132,6 +132,32 @@ def test_a_dead_functions_number_never_goes_to_a_live_twins_key():
     assert torch.compile(lambda x: second(x) + 1, backend="eager")(x).tolist() == [2.0] * 3
 
 
+class _Unreferenceable:
+    """A callable no weak reference can hold (``__slots__`` without ``__weakref__``): its
+    wrappers get a :class:`Function` of their own, numbered like any other."""
+
+    __slots__ = ("w",)
+
+    def __init__(self, w):
+        self.w = w
+
+    def __call__(self, x):
+        return x * self.w
+
+
+def _compiled(call, x):
+    return torch.compile(lambda t: call(t) + 0, backend="eager")(x).tolist()
+
+
+def test_a_compiled_functions_number_stays_its_own_after_its_wrapper_dies():
+    x = torch.ones(3)
+    first = interop.jax_call(_Unreferenceable(jnp.full(3, 10.0)))
+    assert _compiled(first, x) == [10.0] * 3
+    del first
+    gc.collect()
+    assert _compiled(interop.jax_call(_Unreferenceable(jnp.full(3, 2.0))), x) == [2.0] * 3
+
+
 class _Slots:
     __slots__ = ("dtype", "width")
 
