@@ -30,6 +30,7 @@ from ._errors import InvalidConfigError as InvalidConfigError
 from ._errors import InvalidConfigTypeError as InvalidConfigTypeError
 from ._errors import InvalidDtypeError as InvalidDtypeError
 from ._errors import InvalidPlanError as InvalidPlanError
+from ._errors import InvalidRequestError as InvalidRequestError
 from ._errors import InvalidShapeError as InvalidShapeError
 from ._errors import InvalidSlotError as InvalidSlotError
 from ._errors import InvalidSlotTypeError as InvalidSlotTypeError
@@ -82,6 +83,7 @@ __all__ = [
     "InvalidConfigTypeError",
     "InvalidDtypeError",
     "InvalidPlanError",
+    "InvalidRequestError",
     "InvalidShapeError",
     "InvalidSlotError",
     "InvalidSlotTypeError",

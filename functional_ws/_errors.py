@@ -33,6 +33,13 @@ class InvalidDtypeError(InvalidSpecError, TypeError, AttributeError):
     raises one or the other (it reads ``dtype.itemsize``, then hands it to torch)."""
 
 
+class InvalidRequestError(InvalidSpecError, TypeError, AttributeError):
+    """A request that is no ``(shape, dtype)`` pair at all (a number, ``None``, a string): a
+    ``TypeError`` and an ``AttributeError`` as well, as the original raises one or the
+    other (it unpacks the request, then reads ``dtype.itemsize``). A tuple of another
+    length is a plain :class:`InvalidSpecError`, a ``ValueError`` as the original's."""
+
+
 class InvalidConfigError(WorkspaceError, ValueError):
     """A workspace configuration is out of range: a count, the alignment, the growth policy
     or the capacity limit."""
@@ -168,6 +175,7 @@ for _error in (
     InvalidSpecError,
     InvalidShapeError,
     InvalidDtypeError,
+    InvalidRequestError,
     InvalidConfigError,
     InvalidConfigTypeError,
     InvalidPlanError,

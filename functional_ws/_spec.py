@@ -16,7 +16,7 @@ import numpy as np
 
 from ._build import fast_constructor
 from ._checks import is_int
-from ._errors import InvalidDtypeError, InvalidShapeError, InvalidSpecError
+from ._errors import InvalidDtypeError, InvalidRequestError, InvalidShapeError, InvalidSpecError
 
 #: Byte counts at or above this are refused (they cannot index memory).
 MAX_BYTES = 2**63
@@ -220,7 +220,9 @@ def as_spec(request: Any, argname: str = "spec") -> ViewSpec:
         return make_spec(request[0], request[1], argname)
     if isinstance(request, ViewSpec):
         return request  # consistent by construction
-    if not isinstance(request, (tuple, list)) or len(request) != 2:
+    if not isinstance(request, (tuple, list)):
+        raise InvalidRequestError(f"{argname} must be a (shape, dtype) pair, got {request!r}.")
+    if len(request) != 2:
         raise InvalidSpecError(f"{argname} must be a (shape, dtype) pair, got {request!r}.")
     return make_spec(request[0], request[1], argname)
 

@@ -198,9 +198,11 @@ def _unique_fields(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     silently: a trace edited by hand could claim 4 B where it said 4 MB first)."""
     data = dict(pairs)
     if len(data) != len(pairs):
-        names = [name for name, _ in pairs]
-        twice = next(name for name in names if names.count(name) > 1)
-        raise InvalidTraceError(f"text has the field {twice!r} twice in one object.")
+        seen: set[str] = set()
+        for name, _ in pairs:
+            if name in seen:
+                raise InvalidTraceError(f"text has the field {name!r} twice in one object.")
+            seen.add(name)
     return data
 
 

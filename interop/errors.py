@@ -22,6 +22,7 @@ from functional_ws import InvalidConfigError as InvalidConfigError
 from functional_ws import InvalidConfigTypeError as InvalidConfigTypeError
 from functional_ws import InvalidDtypeError as InvalidDtypeError
 from functional_ws import InvalidPlanError as InvalidPlanError
+from functional_ws import InvalidRequestError as InvalidRequestError
 from functional_ws import InvalidShapeError as InvalidShapeError
 from functional_ws import InvalidSlotError as InvalidSlotError
 from functional_ws import InvalidSlotTypeError as InvalidSlotTypeError
@@ -133,6 +134,7 @@ __all__ = [
     "InvalidConfigTypeError",
     "InvalidDtypeError",
     "InvalidPlanError",
+    "InvalidRequestError",
     "InvalidShapeError",
     "InvalidSlotError",
     "InvalidSlotTypeError",

@@ -189,9 +189,9 @@ def _fingerprint(function: Function) -> str:
 
 #: How deep :func:`describe` looks into values (a function's globals' globals...).
 DEPTH = 4
-#: NumPy arrays up to this many elements are described by value too: a mask or an index
+#: NumPy arrays of up to this many bytes are described by value too: a mask or an index
 #: list closed over can decide a result's shape (larger ones, weights, by shape and dtype).
-SMALL_ARRAY = 4096
+SMALL_ARRAY = 32 * 1024
 _SCALARS = (type(None), bool, int, float, complex, str, bytes)
 
 
@@ -245,7 +245,9 @@ def _describe(value: Any, deeper: int, seen: frozenset[int]) -> Any:
         return ("jit", describe(value.__wrapped__, deeper, seen), repr(options))
     shape, dtype = getattr(value, "shape", None), getattr(value, "dtype", None)
     if isinstance(shape, tuple) and dtype is not None:
-        if type(value) is np.ndarray and value.size <= SMALL_ARRAY:  # may decide shapes
+        if (  # a small array may decide shapes; objects' bytes are addresses
+            type(value) is np.ndarray and value.nbytes <= SMALL_ARRAY and not value.dtype.hasobject
+        ):
             digest = hashlib.sha256(np.ascontiguousarray(value).tobytes()).hexdigest()[:16]
             return ("array", "numpy.ndarray", shape, str(dtype), digest)
         return ("array", _type_name(type(value)), shape, str(dtype))

@@ -184,7 +184,7 @@ def flat_specs(promised: Any, name: str) -> tuple[list[jax.ShapeDtypeStruct], An
     for path, leaf in with_paths:
         where = _path("result", path)
         try:
-            shape = tuple(operator.index(d) for d in leaf.shape)  # 2.5 is no size
+            shape = tuple(_size(d) for d in leaf.shape)  # 2.5 and True are no sizes
             dtype = np.dtype(leaf.dtype)
         except (AttributeError, TypeError) as err:
             raise ResultSpecError(
@@ -192,11 +192,12 @@ def flat_specs(promised: Any, name: str) -> tuple[list[jax.ShapeDtypeStruct], An
                 "each leaf must have a shape and a dtype, as jax.ShapeDtypeStruct(shape, "
                 f"dtype) has ({err})."
             ) from None
-        if any(d < 0 for d in shape):
+        if any(not 0 <= d < 2**63 for d in shape):
             raise ResultSpecError(
                 f"torch_call: result_shape_dtypes for {name} has shape {shape} at {where}: "
-                "every dimension must be a size of zero or more (no -1: the shape is fixed "
-                "when the call is traced; a callable result_shape_dtypes can compute it)."
+                "every dimension must be a size from 0 to 2**63 - 1 (no -1: the shape is "
+                "fixed when the call is traced; a callable result_shape_dtypes can compute "
+                "it)."
             )
         problem = _dtype_problem(dtype, where, name)
         if problem is not None:
@@ -218,6 +219,13 @@ def _refuse_vmap(err: NotImplementedError, name: str, vmap_method: str | None) -
             "(unbatched arguments get a leading axis of size 1; fn must broadcast) or "
             "'broadcast_all' (every argument gets the batch axis), as for jax.pure_callback."
         ) from None
+
+
+def _size(dim: Any) -> int:
+    """``dim`` as an ``int`` if it is an integer and not a bool; else ``TypeError``."""
+    if isinstance(dim, (bool, np.bool_)):
+        raise TypeError(f"a dimension must be an int, got {dim!r}")
+    return operator.index(dim)
 
 
 def _floating(dtype: Any) -> bool:

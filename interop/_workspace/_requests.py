@@ -25,6 +25,7 @@ import torch
 from functional_ws import (
     InvalidConfigError,
     InvalidDtypeError,
+    InvalidRequestError,
     InvalidShapeError,
     InvalidSpecError,
     ViewSpec,
@@ -199,7 +200,11 @@ def torch_specs(pairs: tuple[Any, ...], argname: str) -> list[ViewSpec]:
                 else f"{argname}[{i}] must be a (shape, dtype) pair, got the shape {pair!r} "
                 f"alone. Pass pairs: reserve(({pair!r}, dtype), ...)."
             )
-        if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+        if not isinstance(pair, (tuple, list)):
+            raise InvalidRequestError(
+                f"{argname}[{i}] must be a (shape, dtype) pair, got {pair!r}."
+            )
+        if len(pair) != 2:
             raise InvalidSpecError(f"{argname}[{i}] must be a (shape, dtype) pair, got {pair!r}.")
         check_torch_dtypes((pair,), f"{argname}[{i}] dtype")
         specs.append(ViewSpec.of(pair[0], pair[1], f"{argname}[{i}]"))

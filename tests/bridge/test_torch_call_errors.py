@@ -23,6 +23,15 @@ def identity(x):
     return x
 
 
+class _Spec:
+    """A promise with any shape at all (``jax.ShapeDtypeStruct`` refuses some itself)."""
+
+    dtype = F32
+
+    def __init__(self, shape):
+        self.shape = shape
+
+
 # ----- refused at once, by torch_call or at the call -----
 
 AT_CONSTRUCTION = [
@@ -36,6 +45,10 @@ AT_CONSTRUCTION = [
      errors.UnsupportedDtypeError, TypeError, "int4"),
     ("spec-64-bit-x64-off", lambda: interop.torch_call(identity, spec((2,), np.int64)),
      errors.X64DisabledError, TypeError, "jax_enable_x64"),
+    ("spec-bool-dim", lambda: interop.torch_call(identity, _Spec((True,))),
+     errors.ResultSpecError, TypeError, "a dimension must be an int, got True"),
+    ("spec-dim-past-2**63", lambda: interop.torch_call(identity, _Spec((2**63,))),
+     errors.ResultSpecError, TypeError, "from 0 to 2\\*\\*63 - 1"),
     ("spec-negative-dim", lambda: interop.torch_call(identity, spec((-1,))),
      errors.ResultSpecError, TypeError, r"shape \(-1,\) at result: every dimension"),
 ]  # fmt: skip

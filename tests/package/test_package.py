@@ -10,6 +10,7 @@ import functional_ws.testing
 CORE_NAMES = {
     "CapacityLimitError", "Change", "Diff", "Growth", "GrowthPolicy", "InvalidConfigError",
     "InvalidConfigTypeError", "InvalidSlotTypeError", "InvalidDtypeError", "InvalidShapeError",
+    "InvalidRequestError",
     "InvalidPlanError", "InvalidSlotError", "InvalidSpecError", "LaneNotConfiguredError",
     "Layout", "PersistentKeyLockedError", "Slot", "SlotState", "Span",
     "UbatchNotConfiguredError", "ViewSpec", "WorkspaceError", "WorkspaceLockedError",
@@ -56,6 +57,7 @@ INTEROP_ERRORS_NAMES = {
     "GrowthDuringCaptureError", "HandoffError",
     "InputModifiedError", "InputResizedError", "InputWrittenError", "InvalidConfigError",
     "InvalidConfigTypeError", "InvalidSlotTypeError", "InvalidDtypeError", "InvalidShapeError",
+    "InvalidRequestError",
     "InvalidPlanError", "InvalidSlotError", "InvalidSpecError", "InvalidVmapMethodError",
     "JaxAlreadyStartedError", "JaxPreallocationWarning", "JaxSettingError",
     "LaneNotConfiguredError", "LazyViewError", "MisalignedViewError", "NegativeBitError",
