@@ -30,6 +30,7 @@ import sys
 import threading
 import traceback
 import warnings
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Sequence
 from typing import Any, NoReturn
@@ -270,6 +271,44 @@ def run_forward(
     return results
 
 
+#: The traced calls (by identity: two of one function compare equal) whose backward graph
+#: was searched for leaves other than the inputs.
+_looked_for_leaves: dict[int, weakref.ReferenceType[Signature]] = {}
+
+
+def _first_backward(sig: Signature) -> bool:
+    """Whether this is the first backward of the traced call ``sig`` (the graph is walked
+    once per traced call)."""
+    ref = _looked_for_leaves.get(id(sig))
+    if ref is not None and ref() is sig:
+        return False
+    if len(_looked_for_leaves) > 1024:  # forget the dead
+        for key in [k for k, r in _looked_for_leaves.items() if r() is None]:
+            _looked_for_leaves.pop(key, None)
+    _looked_for_leaves[id(sig)] = weakref.ref(sig)
+    return True
+
+
+def _reaches_other_leaves(outputs: list[torch.Tensor], inputs: list[torch.Tensor]) -> bool:
+    """Whether torch's graph of ``outputs`` reaches a leaf that requires grad and is none of
+    ``inputs`` (a parameter ``fn`` closes over, whose gradient JAX never asks for). The
+    forward's check misses it under ``jax.jit(jax.grad(...))``, where XLA drops the forward
+    call whose result only the backward needs."""
+    own = {id(tensor) for tensor in inputs}
+    seen: set[int] = set()
+    stack = [output.grad_fn for output in outputs]
+    while stack:
+        node = stack.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        leaf = getattr(node, "variable", None)  # an AccumulateGrad node's tensor
+        if leaf is not None and id(leaf) not in own:
+            return True
+        stack.extend(child for child, _ in node.next_functions)
+    return False
+
+
 def _warn_dropped(sig: Signature, path: str) -> None:
     warnings.warn(
         f"torch_call: result{path} of {sig.name} requires grad through tensors that are not "
@@ -351,6 +390,8 @@ def _gradients(
     inputs = [tensors[index] for index in wanted]
     grads: Sequence[torch.Tensor | None] = [None] * len(inputs)
     if outputs:
+        if _first_backward(sig) and _reaches_other_leaves(outputs, tensors):
+            _warn_dropped(sig, "")
         grads = torch.autograd.grad(outputs, inputs, grad_outputs, allow_unused=True)
     found = []
     for index, grad in zip(wanted, grads, strict=True):

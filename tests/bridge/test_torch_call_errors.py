@@ -305,8 +305,15 @@ def test_parameters_fn_closes_over_warn_that_jax_drops_their_gradients():
     with pytest.warns(errors.DroppedGradientWarning, match=r"result of .*<lambda> requires grad"):
         jax.grad(lambda x: layer(x).sum())(x)
     assert linear.weight.grad is None  # what the warning says
+    # Under jit(grad), XLA drops the forward call (only the backward needs its inputs): the
+    # backward's graph says it.
+    jitted = interop.torch_call(lambda x: linear(x) * 2, lambda x: x)
+    with pytest.warns(errors.DroppedGradientWarning, match=r"requires grad"):
+        jax.jit(jax.grad(lambda x: jitted(x).sum()))(x)
     linear.requires_grad_(False)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         layer(x)
         jax.grad(lambda x: layer(x).sum())(x)
+        tanh = interop.torch_call(torch.tanh, lambda x: x)
+        jax.jit(jax.grad(lambda x: tanh(x).sum()))(x)
