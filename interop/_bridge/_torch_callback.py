@@ -22,6 +22,7 @@ While it runs ``fn``, :func:`inside` is true on that thread, and ``jax_call`` an
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import itertools
@@ -131,14 +132,20 @@ def refuse_nested(where: str) -> None:
         )
 
 
-def _aliases(buffers: Sequence[Any]) -> list[torch.Tensor]:
-    """Tensors aliasing XLA's ``buffers``: ordinary tensors even under
-    ``torch.inference_mode()``, where torch would make inference tensors, which have no
-    version counter for the input check to read (and which autograd refuses in a backward)."""
+def _outside_inference() -> contextlib.AbstractContextManager[Any]:
+    """Out of ``torch.inference_mode()`` where the caller is in it: tensors made there are
+    inference tensors, which have no version counter for the input check to read, and which
+    autograd refuses to differentiate (JAX asked for gradients: the backward records even
+    where the caller turned torch's autograd off)."""
     if torch.is_inference_mode_enabled():
-        with torch.inference_mode(False):
-            return [_from_capsule(b.__dlpack__()) for b in buffers]
-    return [_from_capsule(b.__dlpack__()) for b in buffers]
+        return torch.inference_mode(False)
+    return contextlib.nullcontext()
+
+
+def _aliases(buffers: Sequence[Any]) -> list[torch.Tensor]:
+    """Tensors aliasing XLA's ``buffers``: ordinary tensors (:func:`_outside_inference`)."""
+    with _outside_inference():
+        return [_from_capsule(b.__dlpack__()) for b in buffers]
 
 
 def _call_fn(fn: Callable[..., Any], sig: Signature, tensors: list[torch.Tensor]) -> Any:
@@ -322,24 +329,6 @@ def _warn_dropped(sig: Signature, path: str) -> None:
 
 
 def run_backward(
-    fn: Callable[..., Any],
-    sig: Signature,
-    tensors: list[torch.Tensor],
-    wanted: Sequence[int],
-    cotangents: dict[int, torch.Tensor],
-    device: torch.device,
-    required: Collection[int],
-) -> list[torch.Tensor]:
-    """:func:`_gradients`, outside ``torch.inference_mode()``: JAX asked for gradients, so
-    autograd records even where the caller turned it off (``torch.no_grad()`` is lifted
-    inside; an inference tensor cannot be differentiated)."""
-    if torch.is_inference_mode_enabled():
-        with torch.inference_mode(False):
-            return _gradients(fn, sig, tensors, wanted, cotangents, device, required)
-    return _gradients(fn, sig, tensors, wanted, cotangents, device, required)
-
-
-def _gradients(
     fn: Callable[..., Any],
     sig: Signature,
     tensors: list[torch.Tensor],
@@ -550,11 +539,14 @@ def backward_buffers(
             targets, tensors = _aliases(outs), _aliases(ins)
             device = targets[0].device
             primals, cts = tensors[:count], dict(zip(cotangent_of, tensors[count:], strict=True))
-            if device.type != "cuda":
-                _write(targets, run_backward(fn, sig, primals, wanted, cts, device, required))
-            else:  # pragma: no cover - CUDA: benchmarks/gpu_check.py
-                with _on_xla_stream(ctx, device):
-                    _write(targets, run_backward(fn, sig, primals, wanted, cts, device, required))
+            with _outside_inference():
+                if device.type != "cuda":
+                    grads = run_backward(fn, sig, primals, wanted, cts, device, required)
+                    _write(targets, grads)
+                else:  # pragma: no cover - CUDA: benchmarks/gpu_check.py
+                    with _on_xla_stream(ctx, device):
+                        grads = run_backward(fn, sig, primals, wanted, cts, device, required)
+                        _write(targets, grads)
         except BaseException as err:  # Ctrl-C and sys.exit too: raised as they are
             _fail(sig, err)
 
@@ -572,7 +564,7 @@ def _host_tensor(array: Any) -> torch.Tensor:
         host = host.view(carrier.host)
     if not host.flags.writeable:  # a read-only view of JAX's buffer: work on a copy
         host = host.copy()
-    with torch.inference_mode(False):  # an ordinary tensor, as _aliases makes
+    with _outside_inference():  # an ordinary tensor, as _aliases makes
         tensor = torch.from_numpy(host)
     return tensor.view(carrier.torch) if carrier is not None else tensor
 
@@ -614,7 +606,8 @@ def backward_host(
         try:
             tensors = [_host_tensor(a) for a in arrays]
             primals, cts = tensors[:count], dict(zip(cotangent_of, tensors[count:], strict=True))
-            grads = run_backward(fn, sig, primals, wanted, cts, _CPU, required)
+            with _outside_inference():
+                grads = run_backward(fn, sig, primals, wanted, cts, _CPU, required)
             return tuple(map(_host_array, grads))
         except BaseException as err:  # Ctrl-C and sys.exit too: raised as they are
             _fail(sig, err)
