@@ -28,6 +28,20 @@ from ._memory import nbytes_of, read, view_bytes, write
 from ._tracking import PersistentTensor, Resource
 
 
+class _Usual:
+    """The factory's usual product: a :class:`Resource` (the rule's ``falsy`` argument)."""
+
+    def __repr__(self) -> str:
+        return "a Resource"
+
+
+_NOT_FALSY = _Usual()
+#: Falsy resources a factory may make, which a manager must hold as any other (the
+#: original tests ``key not in resources``), under keys of their own.
+FALSY: tuple[Any, ...] = (None, 0, [])
+FALSY_KEYS: tuple[str, ...] = ("falsy",)
+
+
 class LockAndPersistentRules(MachineBase):
     """``lock``/``unlock``, and persistent tensors and resources (no new key while locked)."""
 
@@ -124,30 +138,38 @@ class LockAndPersistentRules(MachineBase):
         slot or another: one factory call per key per slot, a tensor's key not a resource's."""
         self._resource(*aim)
 
-    def _resource(self, slot: Slot, key: Hashable) -> None:
+    @precondition(_selected("persistent"))
+    @rule(aim=_aimed(lambda aims: aims.resource(FALSY_KEYS)), falsy=st.sampled_from(FALSY))
+    def get_falsy_resource(self, aim: tuple[Slot, Hashable], falsy: Any) -> None:
+        """A key whose factory makes a falsy resource (``None``, ``0``, ``[]``): held as any
+        other (a manager that tests ``if not resources.get(key)`` makes it again)."""
+        self._resource(*aim, falsy=falsy)
+
+    def _resource(self, slot: Slot, key: Hashable, falsy: Any = _NOT_FALSY) -> None:
         track = self.tracks[self.model.index(slot)]
         call = f"get_persistent_resource({key!r}, factory){self.cfg.where(slot)}"
-        note(call)
+        note(call if falsy is _NOT_FALSY else f"{call}, the factory making {falsy!r}")
         self.stats.calls["get_persistent_resource"] += 1
-        made: list[Resource] = []
+        made: list[Any] = []
 
-        def factory() -> Resource:
+        def factory() -> Any:
             self.made += 1
-            made.append(Resource(key, slot, self.made))
+            made.append(Resource(key, slot, self.made) if falsy is _NOT_FALSY else falsy)
             return made[-1]
 
         def fetch() -> Any:
             return self.manager.get_persistent_resource(key, factory)
 
+        held = key in track.resources
         known = track.resources.get(key)
         plan = self._plan(call, fws.claim, slot, key)
-        if known is None and self.model.locked:
+        if not held and self.model.locked:
             self._expect_refusal(slot, AssertionError, call, fetch, plan)
             assert not made, f"{call} called the factory while locked"
             return
         got = self._call(slot, call, None, fetch, plan)
         note(f"  -> {got!r}, factory called {len(made)} time(s)")
-        if known is not None:
+        if held:
             assert not made, f"{call} called the factory again for a key this slot holds"
             assert got is known, f"{call} returned {got!r}, not {known!r} as before"
         else:

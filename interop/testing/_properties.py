@@ -20,7 +20,8 @@ DESCRIPTIONS: dict[str, str] = {
     "ending past the span's start)",
     "locked": "while locked: no growth and no new persistent keys (AssertionError), no refusal "
     "of what fits, and a refused call leaves retained bytes and persistent contents alone",
-    "persistent": "one factory call per key per slot, the same object on repeat, zero_init "
+    "persistent": "one factory call per key per slot (falsy resources too: None, 0, []), "
+    "the same object on repeat, zero_init "
     "only once, contents kept, ValueError for another shape or dtype, a tensor's key apart "
     "from a resource's",
 }
