@@ -454,6 +454,14 @@ class PersistentMismatchError(WorkspaceError, ValueError):
     reason: ClassVar[str] = "persistent-mismatch"
 
 
+class PersistentNotTensorError(PersistentMismatchError, AttributeError):
+    """``get_persistent``'s key holds something that is not a tensor (a resource put under
+    ``(torch.Tensor, key)``): an ``AttributeError`` as well, as the original raises reading
+    its ``shape``."""
+
+    reason: ClassVar[str] = "persistent-not-tensor"
+
+
 class ReadOnlyAttributeError(WorkspaceError, AttributeError):
     """A module constant the original lets callers rebind (``interop._VIEW_ALIGNMENT``) was
     set or deleted: here it would change nothing, so the change is refused instead."""
@@ -479,7 +487,9 @@ PUBLIC_ERRORS: tuple[type[Exception], ...] = (
     AllocationNotStridedError, AllocationStorageOffsetError,
     AllocationNegativeBitError, AllocationOverlapError,
     UnknownDeviceError, DeviceUnavailableError, GrowthDuringCaptureError, ReplanLimitError,
-    AllocationSuppressedError, NotInitializedError, PersistentMismatchError, ReadOnlyAttributeError,
+    AllocationSuppressedError, NotInitializedError, PersistentMismatchError,
+    PersistentNotTensorError,
+    ReadOnlyAttributeError,
 )  # fmt: skip
 
 for _error in PUBLIC_ERRORS:  # tracebacks print the public path, interop.errors.LazyViewError

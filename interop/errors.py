@@ -77,6 +77,7 @@ from ._errors import NestedCallError as NestedCallError
 from ._errors import NoGradientError as NoGradientError
 from ._errors import NotInitializedError as NotInitializedError
 from ._errors import PersistentMismatchError as PersistentMismatchError
+from ._errors import PersistentNotTensorError as PersistentNotTensorError
 from ._errors import ReadOnlyAttributeError as ReadOnlyAttributeError
 from ._errors import ReplanLimitError as ReplanLimitError
 from ._errors import ResultDeviceError as ResultDeviceError
@@ -153,6 +154,7 @@ __all__ = [
     "NotInitializedError",
     "PersistentKeyLockedError",
     "PersistentMismatchError",
+    "PersistentNotTensorError",
     "ReadOnlyAttributeError",
     "ReplanLimitError",
     "ResultDeviceError",

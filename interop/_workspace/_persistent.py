@@ -22,7 +22,7 @@ import torch
 from functional_ws import ViewSpec
 from functional_ws._presenters import install_key_namer, key_text
 
-from .._errors import PersistentMismatchError
+from .._errors import PersistentMismatchError, PersistentNotTensorError
 
 
 class PersistentTables:
@@ -74,9 +74,17 @@ def check_persistent_tensor(
 
     Raises:
         PersistentMismatchError: (``ValueError``, "requested shape") the key holds another
-            shape, dtype, or something that is not a tensor.
+            shape or dtype; :class:`PersistentNotTensorError` (an ``AttributeError`` too)
+            something that is not a tensor.
     """
-    if not isinstance(tensor, torch.Tensor) or tensor.shape != shape or tensor.dtype != dtype:
+    if not isinstance(tensor, torch.Tensor):
+        raise PersistentNotTensorError(
+            f"Persistent workspace {key!r} has shape={getattr(tensor, 'shape', None)}, "
+            f"dtype={getattr(tensor, 'dtype', None)}; requested shape={shape}, dtype={dtype}. "
+            f"It holds a {type(tensor).__name__}, not a tensor: a resource was put under "
+            f"(torch.Tensor, {key!r}), the key get_persistent keeps its tensor under."
+        )
+    if tensor.shape != shape or tensor.dtype != dtype:
         raise PersistentMismatchError(
             f"Persistent workspace {key!r} has shape={getattr(tensor, 'shape', None)}, "
             f"dtype={getattr(tensor, 'dtype', None)}; requested shape={shape}, dtype={dtype}."

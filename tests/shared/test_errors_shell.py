@@ -83,10 +83,12 @@ OTHER_BASES = {
     interop.errors.AllocationSuppressedError: TypeError,  # and RuntimeError
     interop.errors.NotInitializedError: AssertionError,
     interop.errors.PersistentMismatchError: ValueError,
+    interop.errors.PersistentNotTensorError: AttributeError,  # and ValueError
     interop.errors.ReadOnlyAttributeError: AttributeError,
 }
 # Precise classes under the public ones callers already catch.
 PARENTS = {
+    interop.errors.PersistentNotTensorError: interop.errors.PersistentMismatchError,
     interop.errors.ConjugateBitError: interop.errors.LazyViewError,
     interop.errors.NegativeBitError: interop.errors.LazyViewError,
     interop.errors.AllocationNotTensorError: interop.errors.AllocationTypeError,

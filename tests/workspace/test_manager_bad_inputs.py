@@ -366,3 +366,16 @@ def test_a_bad_request_raises_what_the_original_raises_and_loses_nothing(request
         ours.get_simultaneous(request_)
     assert isinstance(caught.value, builtin), (builtin, type(caught.value))
     assert ours.state == before
+
+
+def test_a_persistent_key_holding_no_tensor_is_the_originals_attribute_error():
+    """A resource put under ``(torch.Tensor, key)``: the original fails reading its
+    ``shape`` (``AttributeError``); ours says what the key holds, and keeps it."""
+    for ws in (ReferenceWorkspaceManager(DEVICE), WorkspaceManager(DEVICE)):
+        ws.get_persistent_resource((torch.Tensor, "p"), lambda: "a string")
+        with pytest.raises(AttributeError) as caught:
+            ws.get_persistent("p", (4,), torch.float32)
+        if isinstance(ws, WorkspaceManager):
+            assert isinstance(caught.value, interop.errors.PersistentMismatchError)
+            assert "holds a str, not a tensor" in str(caught.value)
+        assert ws.get_persistent_resource((torch.Tensor, "p"), list) == "a string"
