@@ -296,6 +296,17 @@ class Aims:
 
         return _choose(self.grown()).flatmap(at)
 
+    def all_it_served(self) -> st.SearchStrategy[tuple[Slot, list[Spec]]]:
+        """``(slot, request)``: a padded request of exactly what the slot's buffer served,
+        which fits it (a manager that grew to a one-view request's unpadded bytes must grow
+        again, and, locked, refuses it)."""
+
+        def at(slot: Slot) -> st.SearchStrategy[tuple[Slot, list[Spec]]]:
+            total = round_up(self.tracks[self.model.index(slot)].served)
+            return st.tuples(st.just(slot), padded_request(total, self.dtypes))
+
+        return _choose(self.grown()).flatmap(at)
+
     def retained_past_the_end(self) -> st.SearchStrategy[tuple[Slot, Hashable, Spec]]:
         """``(slot, key, spec)``: a span 1 to 255 bytes larger than what the slot's buffer
         served, under the slot's last key: the buffer grows by less than the alignment, so a

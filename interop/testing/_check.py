@@ -92,7 +92,8 @@ def check_workspace(
     call sequence and raised with a note per call. Besides random calls, rules aim at the
     retained span's boundaries: requests ending just before, at and just past its start,
     growth by less than the alignment, the span asked for again with the same key and
-    another size or by another key.
+    another size or by another key; and at a buffer's size: a request of exactly what it
+    served, and persistent resources that are falsy (``None``, ``0``, ``[]``).
 
     Args:
         factory: ``factory(num_ubatches, num_lanes)`` returns a fresh manager with

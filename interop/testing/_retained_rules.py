@@ -149,6 +149,13 @@ class ScratchAndRetainedRules(MachineBase):
         by less than 256 bytes where a retained span's size set the buffer's."""
         self._scratch(*aim)
 
+    @precondition(lambda self: bool(self.aims.grown()))
+    @rule(aim=_aimed(lambda aims: aims.all_it_served()))
+    def request_all_it_served(self, aim: tuple[Slot, list[Spec]]) -> None:
+        """A request of exactly what a slot's buffer served (padding included): it fits, so
+        no growth, and no refusal while locked."""
+        self._scratch(*aim)
+
     # ----- the calls -----
 
     def _scratch(self, slot: tuple[int, int], request: list[Spec]) -> None:

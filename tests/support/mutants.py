@@ -225,6 +225,11 @@ MUTANTS: dict[str, Mutant] = {
                 "return dbo_current_ubatch_id() * self._num_ubatches + lane"),
                # the same as the original when both counts are equal
                num_ubatches=2, num_lanes=3),
+        _mutant("single-view-unpadded-growth", "alignment",
+               "a one-view request grows the slot to its bytes without the padding",
+               ("        total_bytes = sum(aligned_bytes)\n\n        # Calculate",
+                "        total_bytes = sum(aligned_bytes) if len(actual_bytes) > 1 "
+                "else actual_bytes[0]\n\n        # Calculate")),
         # ----- persistent resources -----
         _mutant("persistent-one-cache", "persistent",
                "one resource cache for every slot",
