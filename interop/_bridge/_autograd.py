@@ -82,7 +82,7 @@ class Call:
         """Make the function (and those it calls, :attr:`lineage`) callable again if every
         wrapper of it was freed since the forward (a backward, a jvp or a vmap rule may
         need to trace it again)."""
-        for function, wrapper in ((self.plan.fn, self.wrapper), *self.lineage):
+        for function, wrapper in self.descent():
             if isinstance(function, Function) and not function.is_live():
                 function.adopt(wrapper)
 

@@ -86,7 +86,6 @@ class _Caller(Protocol):
     def __call__(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any: ...
 
 
-_dual_level_active = dual_level_active
 _lock = threading.Lock()
 renew_after_fork(sys.modules[__name__], "_lock")  # after a fork: free
 #: Per key, the callers of the wrappers of that function (any live one serves).
@@ -196,7 +195,7 @@ def traced_call(caller_key: str, args: tuple[Any, ...], kwargs: dict[str, Any]) 
     ints: list[Any] = []
     floats: list[Any] = []
     structure = describe((args, kwargs), tensors, ints, floats)
-    if structure is None or _dual_level_active():
+    if structure is None or dual_level_active():
         # (Forward mode: the op has no tangent rule; on torch 2.13 the compiled graph then
         # dropped the tangent silently. The eager call has one, the jvp rule.)
         return _call_eagerly(caller_key, args, kwargs)

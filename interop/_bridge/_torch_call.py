@@ -96,7 +96,15 @@ class TorchCaller:
         """Raise what a caller should see for ``err``, raised by the jitted call; return
         if ``err`` is to be raised as it is."""
         if isinstance(err, NotImplementedError):
-            _refuse_vmap(err, self.name, self.vmap_method)
+            if self.vmap_method is None and "vmap_method" in str(err):
+                raise VmapNotAllowedError(
+                    f"torch_call({self.name}) was mapped by jax.vmap, but it was made with "
+                    "vmap_method=None, which refuses vmap: torch_call cannot know how fn "
+                    "treats a batch dimension. Pass vmap_method='sequential' (fn runs once "
+                    "per element), 'expand_dims' (unbatched arguments get a leading axis of "
+                    "size 1; fn must broadcast) or 'broadcast_all' (every argument gets the "
+                    "batch axis), as for jax.pure_callback."
+                ) from None
             return
         original = _torch_callback.original_failure(err)  # a failure inside the callback
         if original is not None:
@@ -205,20 +213,6 @@ def flat_specs(promised: Any, name: str) -> tuple[list[jax.ShapeDtypeStruct], An
         specs.append(_spec(shape, dtype))
         paths.append(where.removeprefix("result"))
     return specs, tree, tuple(paths)
-
-
-def _refuse_vmap(err: NotImplementedError, name: str, vmap_method: str | None) -> None:
-    """Raise :class:`VmapNotAllowedError` for JAX's refusal ``err`` to map a callback made
-    with ``vmap_method=None``; return for any other ``err``."""
-    if vmap_method is None and "vmap_method" in str(err):
-        raise VmapNotAllowedError(
-            f"torch_call({name}) was mapped by jax.vmap, but it was made with "
-            "vmap_method=None, which refuses vmap: torch_call cannot know how fn treats a "
-            "batch dimension. "
-            "Pass vmap_method='sequential' (fn runs once per element), 'expand_dims' "
-            "(unbatched arguments get a leading axis of size 1; fn must broadcast) or "
-            "'broadcast_all' (every argument gets the batch axis), as for jax.pure_callback."
-        ) from None
 
 
 def _size(dim: Any) -> int:
