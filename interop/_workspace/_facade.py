@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Hashable, Iterable
 from contextlib import AbstractContextManager, nullcontext
+from functools import partial
 from typing import Any, Literal, TypeVar
 
 import torch
@@ -43,7 +44,7 @@ from ._engine import Engine
 from ._history import History
 from ._memo import Memo, Memos, last_plans, replay_and_swap
 from ._persistent import PersistentTables, check_persistent_tensor, tensor_factory
-from ._recording import Recorder
+from ._recording import Recorder, recorded
 from ._requests import (
     NUMPY_INTS,
     canonical,
@@ -165,6 +166,7 @@ class WorkspaceManager:
         self._tables = self._persistent.tables
         self._server = Server(self._engine, self._memos, self._persistent)
         self._recorder = Recorder(current_slot)
+        self._recording: Recorder | None = None  # the recorder while a recording runs
         if self._device.type == "cuda" and self._allocator.name != "jax":
             # JAX's memory settings are the bridge's: imported only for a GPU workspace.
             from .._bridge._jax_config import warn_if_jax_preallocates
@@ -209,6 +211,7 @@ class WorkspaceManager:
 
     # ----- lock -----
 
+    @recorded
     def lock(self) -> None:
         """Lock the workspace to prevent growth or new persistent resources.
 
@@ -217,6 +220,7 @@ class WorkspaceManager:
         """
         self._set_lock(True)
 
+    @recorded
     def unlock(self) -> None:
         """Unlock the workspace to allow growth (e.g. during elastic EP scaling).
 
@@ -269,6 +273,10 @@ class WorkspaceManager:
             CapacityLimitError: (``RuntimeError``) more bytes than the device has.
             GrowthDuringCaptureError: (``RuntimeError``) growth during CUDA graph capture.
         """
+        recorder = self._recording  # a recording runs: recorded (_recording.py)
+        if recorder is not None and recorder.outermost():
+            method = partial(WorkspaceManager.get_simultaneous, self)
+            return recorder.call(self, "get_simultaneous", method, shapes_and_dtypes, {})  # type: ignore[no-any-return]
         ubatch, lane = SLOT.get()
         if ubatch is None:
             ubatch = 0 if _context.provider is None else provided_ubatch()
@@ -329,6 +337,7 @@ class WorkspaceManager:
             return self._server.acquire(specs, slot, True)
         return None
 
+    @recorded
     def try_get_simultaneous(
         self, *shapes_and_dtypes: tuple[tuple[int, ...], torch.dtype]
     ) -> list[torch.Tensor] | None:
@@ -397,6 +406,10 @@ class WorkspaceManager:
             >>> intact, ws.get_retained("kv", (16,), torch.float32)[1]
             (False, True)
         """
+        recorder = self._recording  # a recording runs: recorded (_recording.py)
+        if recorder is not None and recorder.outermost():
+            method = partial(WorkspaceManager.get_retained, self)
+            return recorder.call(self, "get_retained", method, (key, shape, dtype), {})  # type: ignore[no-any-return]
         ubatch, lane = SLOT.get()  # the slot lookup of get_simultaneous, inlined likewise
         if ubatch is None:
             ubatch = 0 if _context.provider is None else provided_ubatch()
@@ -435,6 +448,7 @@ class WorkspaceManager:
 
     # ----- reservations and plans -----
 
+    @recorded
     def reserve(
         self,
         *shapes_and_dtypes: tuple[tuple[int, ...], torch.dtype],
@@ -473,6 +487,7 @@ class WorkspaceManager:
         pairs = canonical(shapes_and_dtypes, "shapes_and_dtypes")
         self._reserve([torch_specs(pairs, "shapes_and_dtypes")], slots)
 
+    @recorded
     def reserve_many(
         self,
         requests: Iterable[Iterable[tuple[tuple[int, ...], torch.dtype]]],
@@ -501,6 +516,7 @@ class WorkspaceManager:
         """
         self._reserve(reserve_requests(requests), slots)
 
+    @recorded
     def reserve_for(self, *traces: fws.Trace) -> None:
         """Grow every slot to the worst case of ``traces``, in one growth; nothing else
         changes.
@@ -559,6 +575,7 @@ class WorkspaceManager:
         """
         _plans.save_plan(self._engine.state, path)
 
+    @recorded
     def load_plan(self, path: str | os.PathLike[str]) -> None:
         """Reserve the capacities a saved plan lists, and lock if the plan was locked.
 
@@ -621,6 +638,10 @@ class WorkspaceManager:
             >>> ws.get_persistent_resource("table", dict) is table
             True
         """
+        recorder = self._recording  # a recording runs: recorded (_recording.py)
+        if recorder is not None and recorder.outermost():
+            method = partial(WorkspaceManager.get_persistent_resource, self)
+            return recorder.call(self, "get_persistent_resource", method, (key, factory), {})  # type: ignore[no-any-return]
         index = _context.current_index(self._num_ubatches, self._num_lanes)
         if index >= 0:
             try:
@@ -667,6 +688,11 @@ class WorkspaceManager:
             >>> scales.tolist(), ws.get_persistent("scales", (4,), torch.float32) is scales
             ([0.0, 0.0, 0.0, 0.0], True)
         """
+        recorder = self._recording  # a recording runs: recorded (_recording.py)
+        if recorder is not None and recorder.outermost():
+            method = partial(WorkspaceManager.get_persistent, self)
+            kwargs = {"zero_init": zero_init} if zero_init is not False else {}  # as called
+            return recorder.call(self, "get_persistent", method, (key, shape, dtype), kwargs)  # type: ignore[no-any-return]
         index = _context.current_index(self._num_ubatches, self._num_lanes)
         if index >= 0:
             try:

@@ -1,9 +1,13 @@
 """Recording a manager's calls: ``WorkspaceManager.recording()``.
 
-No public method asks whether a recording is on. While one is, the manager's public methods
-are shadowed by recording wrappers set on the instance (:meth:`Recorder.recording` sets
-them when the first recording starts and removes them when the last one ends), so a
-manager that is not recording runs exactly its class's methods, at no cost.
+Each recorded public method asks, first thing, whether a recording is on: the manager's
+``_recording`` attribute, the :class:`Recorder` while one runs (:meth:`Recorder.recording`
+sets it when the first recording starts and clears it when the last one ends), else
+``None``. The hot ones (``get_simultaneous``, ``get_retained``, ``get_persistent``) ask
+inline; the others are wrapped by :func:`recorded`. The question is asked by the class's
+own methods, so every way of calling one is recorded: through the instance, through a
+method bound before the recording began (a layer that keeps ``ws.get_simultaneous``), or
+through the class (``WorkspaceManager.get_simultaneous(ws, ...)``).
 
 Each call is recorded once, as the outermost public call of its thread (``get_persistent``
 calling ``get_persistent_resource`` records the outer call), and so is each call the
@@ -18,11 +22,10 @@ import functools
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 from functional_ws import Slot
 
-from .._compile import run_eagerly
 from .._locks import renew_after_fork
 from ._history import History, Record
 from ._tracing import trace_event
@@ -42,6 +45,8 @@ RECORDED = (
     "unlock",
 )
 
+
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 #: Per thread, the recorders whose calls are running, innermost last; ``None`` marks the
 #: caller's code running inside one (:func:`user_code`).
@@ -93,16 +98,21 @@ class Recorder:
         """
         history = History([Record("start", self._current_slot(), manager.state)])
         with self._lock:
-            if not self.active:
-                _shadow(self, manager)
             self.active.append(history)
+            manager._recording = self
         try:
             yield history
         finally:
             with self._lock:
                 self.active[:] = [h for h in self.active if h is not history]
                 if not self.active:
-                    _unshadow(manager)
+                    manager._recording = None
+
+    def outermost(self) -> bool:
+        """Whether a public call starting now is one to record: not one the manager makes
+        inside another call of its own (the caller's code run inside one is recorded)."""
+        stack = _stack()
+        return not stack or stack[-1] is not self
 
     def call(
         self, manager: Any, name: str, method: Callable[..., Any], args: Any, kwargs: Any
@@ -158,28 +168,18 @@ def _outcome(err: BaseException) -> str:
     return f"{type(err).__name__}: {text}" if text else type(err).__name__
 
 
-def _shadow(recorder: Recorder, manager: Any) -> None:
-    """Set a recording wrapper over each recorded method, on the instance (they reference
-    the manager: a cycle that :func:`_unshadow` breaks when the last recording ends)."""
-    for name in RECORDED:
-        method = getattr(type(manager), name).__get__(manager)
-        vars(manager)[name] = _wrapper(recorder, manager, name, method)
+def recorded(method: _F) -> _F:
+    """``method`` (a manager's public method), recorded while a recording runs."""
+    name = method.__name__
 
-
-def _unshadow(manager: Any) -> None:
-    for name in RECORDED:
-        vars(manager).pop(name, None)
-
-
-def _wrapper(
-    recorder: Recorder, manager: Any, name: str, method: Callable[..., Any]
-) -> Callable[..., Any]:
     @functools.wraps(method)
-    def record(*args: Any, **kwargs: Any) -> Any:
-        return recorder.call(manager, name, method, args, kwargs)
+    def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+        recorder = self._recording
+        if recorder is None or not recorder.outermost():
+            return method(self, *args, **kwargs)
+        return recorder.call(self, name, method.__get__(self), args, kwargs)
 
-    run_eagerly(record)  # type: ignore[arg-type]  # a plain function, as the method itself
-    return record
+    return call  # type: ignore[return-value]
 
 
 def _describe(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:

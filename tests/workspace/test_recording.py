@@ -1,12 +1,17 @@
-"""Recording (``_recording.py``): wrappers only while a recording is on, and no cycles."""
+"""Recording (``_recording.py``): every way of calling a method is recorded, once, and no
+cycles."""
 
 import gc
+import os
+import tempfile
 import weakref
 
 import pytest
 import torch
 
+import functional_ws as fws
 from interop import WorkspaceManager
+from interop._workspace._recording import RECORDED
 
 
 def _freed_on_del(make) -> bool:
@@ -112,3 +117,88 @@ def test_an_interrupted_call_is_recorded_as_an_error(interrupt):
         ws.get_persistent_resource("w", factory)
     (record,) = history[1:]
     assert record.error == interrupt.__name__
+
+
+# ----- every way of calling a method is recorded -----
+
+
+def test_a_method_bound_before_the_recording_is_recorded():
+    ws = WorkspaceManager("cpu")
+    scratch, tail, resource = ws.get_simultaneous, ws.get_retained, ws.get_persistent_resource
+    persistent, lock = ws.get_persistent, ws.lock  # a layer keeps them from its __init__
+    with ws.recording() as history:
+        scratch(((256, 1024), torch.float32))
+        tail("t", (256,), torch.float32)
+        resource("r", dict)
+        persistent("p", (4,), torch.float32)
+        lock()
+    assert [r.call.split("(")[0] for r in history[1:]] == [
+        "get_simultaneous",
+        "get_retained",
+        "get_persistent_resource",
+        "get_persistent",
+        "lock",
+    ]
+    trace = history.trace()
+    assert [e.kind for e in trace] == ["acquire", "retain", "claim", "claim"]
+    fresh = WorkspaceManager("cpu")  # sized from the trace, it serves the run locked
+    fresh.reserve_for(trace)
+    fresh.lock()
+    fresh.get_simultaneous(((256, 1024), torch.float32))
+    fresh.get_retained("t", (256,), torch.float32)
+
+
+def test_a_call_through_the_class_is_recorded():
+    ws = WorkspaceManager("cpu")
+    with ws.recording() as history:
+        WorkspaceManager.get_simultaneous(ws, ((8,), torch.float32))
+        WorkspaceManager.try_get_simultaneous(ws, ((8,), torch.float32))
+        WorkspaceManager.reserve(ws, ((100,), torch.float32))
+    assert [r.call.split("(")[0] for r in history[1:]] == [
+        "get_simultaneous",
+        "try_get_simultaneous",  # its own get_simultaneous is not recorded twice
+        "reserve",
+    ]
+
+
+def test_every_recorded_method_is_recorded_when_called_through_the_class():
+    """Each method :data:`RECORDED` names is recorded once, however it is reached."""
+    ws = WorkspaceManager("cpu")
+    ws.get_simultaneous(((10,), torch.uint8))
+    path = os.path.join(tempfile.mkdtemp(), "plan.json")
+    ws.save_plan(path)
+    trace = fws.Trace().acquire((0, 0), ((10,), torch.uint8))
+    calls = {
+        "get_simultaneous": (((8,), torch.uint8),),
+        "try_get_simultaneous": (((8,), torch.uint8),),
+        "get_retained": ("k", (8,), torch.uint8),
+        "reserve": (((8,), torch.uint8),),
+        "reserve_many": ([[((8,), torch.uint8)]],),
+        "reserve_for": (trace,),
+        "load_plan": (path,),
+        "get_persistent_resource": ("r", dict),
+        "get_persistent": ("p", (2,), torch.uint8),
+        "lock": (),
+        "unlock": (),
+    }
+    assert set(calls) == set(RECORDED)
+    with ws.recording() as history:
+        for name, args in calls.items():
+            getattr(WorkspaceManager, name)(ws, *args)
+    assert [r.call.split("(")[0] for r in history[1:]] == list(calls)
+    assert all(r.error is None for r in history[1:])
+
+
+def test_an_override_calling_its_base_runs_once_and_is_recorded_once():
+    runs = []
+
+    class Logged(WorkspaceManager):
+        def get_simultaneous(self, *specs):
+            runs.append(specs)
+            return super().get_simultaneous(*specs)
+
+    ws = Logged("cpu")
+    with ws.recording() as history:
+        ws.get_simultaneous(((8,), torch.float32))
+    assert len(runs) == 1
+    assert [r.call for r in history[1:]] == ["get_simultaneous(((8,), float32))"]
