@@ -14,10 +14,10 @@ at the end, each cut into ``blocks``) and ``device_traces`` (what it did, in ord
   a ``get_simultaneous`` call's views live until the next one in their slot, a
   ``get_retained`` span until a later call hands out its bytes, any view until its
   buffer goes;
-* a request the workspace refused for want of room (locked, above the device's memory, an
-  allocation that failed, ``try_get_simultaneous`` returning ``None``) is an ``oom``
-  entry: ``size`` is the capacity its slot would have grown to, ``device_free`` the
-  capacity the slot had (the viewer calls it the memory CUDA had free).
+* a request the workspace refused or failed to serve (locked, above the device's memory,
+  an allocation that failed, ``try_get_simultaneous`` returning ``None``) is an ``oom``
+  entry, naming the error: ``size`` is the capacity its slot would have grown to,
+  ``device_free`` the capacity the slot had (the viewer calls it the memory CUDA had free).
 
 Addresses are made up: each buffer gets a range of its own (2 MiB aligned, in allocation
 order) and each view lies at its offset in it, so the pictures are the workspace's, not the

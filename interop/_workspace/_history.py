@@ -58,9 +58,10 @@ class History(list[Record]):
     def trace(self) -> Trace:
         """The requests recorded, in order, as a :class:`functional_ws.Trace`: each
         ``get_simultaneous``/``try_get_simultaneous``, ``get_retained`` and persistent
-        key (``get_persistent`` claims ``(torch.Tensor, key)``), served or refused for want
-        of room (locked, above the device's memory, out of memory). Calls refused for their
-        arguments are left out, and so are locks and reservations.
+        key (``get_persistent`` claims ``(torch.Tensor, key)``), served, refused for want
+        of room (locked, above the device's memory) or failed on the way (an allocation
+        that failed, whatever it raised). Calls refused for their arguments are left out,
+        and so are locks and reservations.
 
         Size a workspace from it (:func:`functional_ws.worst_case`,
         :meth:`interop.WorkspaceManager.reserve_for`) and check one against it
@@ -122,7 +123,8 @@ class History(list[Record]):
         Each buffer a slot held is a segment of its capacity (a growth frees the old one
         and allocates the new one); the views of each call are blocks (their alignment
         padding drawn as rounding), alive until a later call in their slot hands out their
-        bytes or supersedes them; a request refused for want of room is an ``oom`` entry.
+        bytes or supersedes them; a request refused or failed (for want of room, an
+        allocation that failed) is an ``oom`` entry naming the error.
         Addresses are made up (each buffer a range of its own) and persistent resources,
         which live outside the buffers, are not drawn
         (``functional_ws.display._snapshot`` has the details).

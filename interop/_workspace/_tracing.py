@@ -1,14 +1,15 @@
 """A recorded call as the core's :class:`functional_ws.TraceEvent`: what ``History.trace()``
 is made of.
 
-A request goes into the trace when it was served, or refused for want of room: a
-``WorkspaceLockedError``, a ``CapacityLimitError``, a ``PersistentKeyLockedError``, a
-``GrowthDuringCaptureError``, an allocation that ran out of memory (torch's
-``OutOfMemoryError``, ``MemoryError``, or the ``RuntimeError`` torch's CPU allocator and
-JAX raise, recognised by their messages), or ``try_get_simultaneous`` returning ``None``. Those are
-requests the workload makes, and sizing must see them. A call refused for its arguments (a
-malformed pair, a dtype that is not torch's, a lane not configured) is no request the
-workload can make, and is left out.
+A request goes into the trace unless the call was refused for its arguments: a malformed
+pair, a dtype that is not torch's, an unhashable key, a lane or ubatch not configured, a
+persistent key holding a tensor of another shape. Such a call is no request the workload
+can make. Every other outcome keeps it: served, refused for want of room (locked, above the
+device's memory, ``try_get_simultaneous`` returning ``None``), or failed on the way (an
+allocator that ran out of memory, whatever it raised; an ``alloc_context`` that swallowed
+the error; an interrupt). Those are requests the workload makes, which sizing must see:
+when in doubt a request is kept (a trace that holds one request too many sizes a workspace
+too large, never too small).
 """
 
 from __future__ import annotations
@@ -20,35 +21,17 @@ import torch
 import functional_ws as fws
 from functional_ws import Slot, TraceEvent
 
-from .._errors import GrowthDuringCaptureError
+from .._errors import PersistentMismatchError
 from ._requests import canonical, canonical_shape
 
-#: Refusals for want of room: the request stays in the trace.
-FOR_WANT_OF_ROOM = (
-    fws.WorkspaceLockedError,
-    fws.CapacityLimitError,
-    fws.PersistentKeyLockedError,
-    GrowthDuringCaptureError,
-    MemoryError,
-    torch.OutOfMemoryError,
+#: Refusals of a call for its arguments: the request stays out of the trace.
+FOR_ITS_ARGUMENTS = (
+    fws.InvalidSpecError,
+    fws.InvalidSlotError,
+    fws.LaneNotConfiguredError,
+    fws.UbatchNotConfiguredError,
+    PersistentMismatchError,
 )
-#: What the out-of-memory ``RuntimeError``s that are no ``OutOfMemoryError`` say: torch's
-#: CPU allocator ("DefaultCPUAllocator: can't allocate memory") and JAX's allocator
-#: (``JaxRuntimeError``: "RESOURCE_EXHAUSTED: Out of memory ...").
-OUT_OF_MEMORY_MESSAGES = ("can't allocate memory", "RESOURCE_EXHAUSTED", "out of memory")
-
-
-def for_want_of_room(error: BaseException) -> bool:
-    """Whether ``error`` refused a request for want of room (see the module)."""
-    if isinstance(error, FOR_WANT_OF_ROOM):
-        return True
-    if not isinstance(error, RuntimeError):
-        return False
-    try:
-        text = str(error).lower()
-    except Exception:  # the caller's error type, whose __str__ raised
-        return False
-    return any(message.lower() in text for message in OUT_OF_MEMORY_MESSAGES)
 
 
 def trace_event(
@@ -70,7 +53,7 @@ def trace_event(
         Whatever building the event raises (a malformed request): the recorder keeps such
         a call out of the trace.
     """
-    if slot is None or (error is not None and not for_want_of_room(error)):
+    if slot is None or isinstance(error, FOR_ITS_ARGUMENTS):
         return None
     trace = fws.Trace()
     if name in ("get_simultaneous", "try_get_simultaneous"):

@@ -104,6 +104,61 @@ def test_requests_refused_for_want_of_room_are_in_the_trace_bad_arguments_are_no
     assert [s.index for s in found] == [0, 1, 3]
 
 
+class ArenaFull(Exception):
+    """A pool's own out-of-memory error: no torch or Python type, no telling message."""
+
+
+def _pool(nbytes, device):
+    if nbytes > 1 << 20:
+        raise ArenaFull(f"the arena cannot fit {nbytes} bytes")
+    return torch.empty(nbytes, dtype=torch.uint8, device=device)
+
+
+class _Swallow:
+    """An ``alloc_context`` whose ``__exit__`` swallows what happens inside it."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return True
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"allocator": _pool},
+        {"allocator": _pool, "alloc_context": _Swallow},
+        {"alloc_context": _Swallow},
+    ],
+    ids=["the pool's own error", "suppressed by alloc_context", "torch's, suppressed"],
+)
+def test_a_request_whose_allocation_failed_is_in_the_trace(options):
+    ws = WorkspaceManager("cpu", **options)
+    with ws.recording() as history:
+        ws.get_simultaneous(((1000,), torch.uint8))
+        try:  # (torch's allocator, suppressed, serves it: the growth happened)
+            ws.get_simultaneous(((4 << 20,), torch.uint8))
+        except Exception as err:
+            assert type(err).__name__ in ("ArenaFull", "AllocationSuppressedError")
+    trace = history.trace()
+    assert [e.nbytes for e in trace] == [(1000,), (4 << 20,)]
+    assert fws.worst_case(trace, like=ws.state).slots[0].capacity == 4 << 20
+
+
+def test_calls_refused_for_their_arguments_are_not_in_the_trace():
+    ws = WorkspaceManager("cpu")
+    ws.get_persistent("p", (4,), F32)
+    with ws.recording() as history:
+        with pytest.raises(ValueError, match="requested shape"):
+            ws.get_persistent("p", (5,), F32)  # the key holds another shape
+        with use_workspace_lane(3), pytest.raises(RuntimeError, match="is not configured"):
+            ws.get_simultaneous(((8,), F32))
+        with pytest.raises(ValueError):
+            ws.get_retained(["unhashable"], (8,), F32)
+    assert len(history) == 4 and len(history.trace()) == 0
+
+
 def test_spellings_are_recorded_as_the_manager_serves_them():
     ws = WorkspaceManager("cpu")
     with ws.recording() as history:
