@@ -281,6 +281,9 @@ def user_code_of_key(key: object) -> str | None:
         ...     pass
         >>> user_code_of_key(("layer", Key()))
         "the key's __hash__ and __eq__ (a Key in ('layer', <...Key object at 0x...>))"
+        >>> import torch
+        >>> user_code_of_key(torch.Size([2, 3]))
+        "the key's __hash__ and __eq__ (a Size in torch.Size([2, 3]))"
     """
     if _is_plain_key(key):
         return None
@@ -288,7 +291,9 @@ def user_code_of_key(key: object) -> str | None:
         shown = repr(key)
     except Exception:  # a repr that raises: the type names it
         shown = f"a {type(key).__name__}"
-    inner = key if not isinstance(key, tuple) else next(k for k in key if not _is_plain_key(k))
+    inner = key  # a tuple's first element that is not plain, else the tuple (a subclass)
+    if isinstance(key, tuple):
+        inner = next((k for k in key if not _is_plain_key(k)), key)
     return f"the key's __hash__ and __eq__ (a {type(inner).__name__} in {shown})"
 
 

@@ -6,6 +6,7 @@ Every test that could hang runs its work in a thread (or a process) joined with 
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import os
 import subprocess
@@ -323,6 +324,28 @@ def test_a_key_whose_eq_grows_its_own_slot_leaves_nothing_pinned(sightings):
     del outcome
     assert sum(s.pinned_bytes for s in ws.stats().slots) == 0
     assert not inconsistencies(ws)
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        collections.namedtuple("Key", "layer kind")(3, "scales"),
+        torch.Size([2, 3]),
+        ("layer", torch.Size([2])),
+    ],
+    ids=["named tuple", "torch.Size", "a tuple holding one"],
+)
+def test_a_tuple_subclass_key_is_claimed_as_the_original_claims_it(key):
+    """A tuple subclass of plain values runs no code of the caller's in its elements."""
+    from interop.testing import ReferenceWorkspaceManager
+
+    made: list[int] = []
+    reference = ReferenceWorkspaceManager(torch.device("cpu"))
+    ws = interop.WorkspaceManager("cpu")
+    for manager in (reference, ws, ws):
+        resource = manager.get_persistent_resource(key, lambda: made.append(1) or len(made))
+    assert made == [1, 1] and resource == 2  # the façade's factory ran once
+    assert ws.state.slots[0].persistent_keys == {key}
 
 
 def test_a_context_that_locks_the_manager_on_entry_does_not_strand_the_slot():
