@@ -173,3 +173,31 @@ def test_forward_mode_under_compile_keeps_the_tangent(backend):
         got = forward_ad.unpack_dual(out).tangent
     assert got is not None
     torch.testing.assert_close(got, torch.cos(x) * tangent * 2)
+
+
+def _inner_gradient(x):
+    """d/dx sum(x**3), by torch's autograd inside a torch_call's fn (grad mode turned on:
+    a jax_call's forward runs JAX under no_grad, as autograd.Function.forward does)."""
+    with torch.enable_grad():
+        leaf = x.detach().requires_grad_()
+        (grad,) = torch.autograd.grad((leaf**3).sum(), leaf)
+    return grad
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_a_torch_call_inside_a_compiled_jax_call_gives_the_eager_results(backend):
+    """The compiled op runs JAX in its kernel, below torch's autograd: fn, called back from
+    JAX there, runs with autograd as an eager caller's does, so its backward has a graph
+    (it failed with NoGradientError) and torch's autograd inside fn works."""
+    scaled_tanh = interop.torch_call(lambda x: torch.tanh(x) * 3, lambda x: x)
+    cubed = interop.torch_call(_inner_gradient, lambda x: x)
+    mid = interop.jax_call(
+        jax.jit(lambda x: jnp.sin(scaled_tanh(x)) + jax.lax.stop_gradient(cubed(x)))
+    )
+    compiled = torch.compile(mid, backend=backend)
+    x = torch.linspace(-1, 1, 5)
+    expected, leaf = torch.sin(torch.tanh(x) * 3) + 3 * x**2, x.clone().requires_grad_()
+    torch.testing.assert_close(compiled(leaf), expected)
+    compiled(leaf).sum().backward()
+    tanh = torch.tanh(x)
+    torch.testing.assert_close(leaf.grad, torch.cos(tanh * 3) * 3 * (1 - tanh**2))
