@@ -91,6 +91,17 @@ storage-count and constant-result hooks take their private paths (checked).
   C ``apply`` and ``torch._C._functorch.unwrap_if_dead`` (checked on torch 2.13). Gate:
   both exist. Fallback: the public ``apply``. Used only while no ``torch.func``
   transform is active (the public method routes those through functorch).
+- :func:`modes_active` and :func:`outside_modes`: whether a torch mode or transform is
+  active (a ``TorchFunctionMode``, a ``TorchDispatchMode`` such as ``FakeTensorMode``, a
+  ``torch.func`` transform), and a context where none is, for the tensors the manager
+  keeps (buffers, typed aliases, memoised views, persistent tensors), which must be real
+  whatever mode the call that made them ran in: ``torch._C._is_torch_function_mode_enabled``,
+  ``torch._C._len_torch_dispatch_stack``, ``torch._C._functorch.peek_interpreter_stack``,
+  ``torch.utils._python_dispatch._disable_current_modes`` and
+  ``torch._functorch.pyfunctorch.temporarily_clear_interpreter_stack`` (checked on torch
+  2.13 and 2.15), with the public ``torch._C.DisableTorchFunction``. Gate: all exist.
+  Fallback: never active, and the tensors are made in the caller's modes, as the original
+  makes its own.
 - :func:`storage_from_weak`: the storage a ``StorageWeakRef`` refers to, while it lives:
   ``torch.UntypedStorage._new_with_weak_ptr(ref.cdata)`` (checked on torch 2.13). Gate: it
   exists. Fallback: ``None``, as for a freed storage (no public function turns a weak
@@ -99,6 +110,7 @@ storage-count and constant-result hooks take their private paths (checked).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib
 import importlib.abc
@@ -106,7 +118,7 @@ import importlib.machinery
 import os
 import sys
 import types
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 import numpy as np
@@ -546,6 +558,68 @@ def _transforms_inactive() -> bool:  # pragma: no cover - torch without the chec
 transforms_active: Callable[[], bool] = getattr(
     torch._C, "_are_functorch_transforms_active", _transforms_inactive
 )
+
+
+def _never() -> bool:  # pragma: no cover - torch without the checks
+    return False
+
+
+_MODE_CHECKS: tuple[Callable[[], Any], ...] | None = None
+try:
+    _MODE_CHECKS = (
+        torch._C._is_torch_function_mode_enabled,
+        torch._C._len_torch_dispatch_stack,
+        torch._C._functorch.peek_interpreter_stack,
+    )
+    from torch._functorch.pyfunctorch import temporarily_clear_interpreter_stack
+    from torch.utils._python_dispatch import _disable_current_modes
+except (AttributeError, ImportError):  # pragma: no cover - depends on the installed torch
+    _MODE_CHECKS = None
+
+
+def modes_active() -> bool:
+    """Whether a torch mode or transform is active now: a ``TorchFunctionMode``, a
+    ``TorchDispatchMode`` (``FakeTensorMode`` too) or a ``torch.func`` transform (about
+    0.1 µs; see the module for the hooks).
+
+    Example:
+        >>> import torch
+        >>> from torch._subclasses.fake_tensor import FakeTensorMode
+        >>> with FakeTensorMode():
+        ...     inside = modes_active()
+        >>> inside, modes_active()
+        (True, False)
+    """
+    if _MODE_CHECKS is None:  # pragma: no cover - depends on the installed torch
+        return False
+    function_modes, dispatch_modes, transforms = _MODE_CHECKS
+    return bool(function_modes() or dispatch_modes() or transforms() is not None)
+
+
+@contextlib.contextmanager
+def outside_modes() -> Iterator[None]:
+    """A context where no torch mode or transform of the caller's is active (they come
+    back when it ends): what the manager keeps is made there, as real tensors.
+
+    Example:
+        >>> import torch
+        >>> from torch._subclasses.fake_tensor import FakeTensorMode
+        >>> with FakeTensorMode():
+        ...     with outside_modes():
+        ...         real = torch.empty(2)
+        ...     fake = torch.empty(2)
+        >>> type(real).__name__, type(fake).__name__
+        ('Tensor', 'FakeTensor')
+    """
+    if _MODE_CHECKS is None:  # pragma: no cover - depends on the installed torch
+        yield
+        return
+    with (
+        torch._C.DisableTorchFunction(),
+        _disable_current_modes(),
+        temporarily_clear_interpreter_stack(),
+    ):
+        yield
 
 
 def dual_level_active() -> bool:

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from .._private import modes_active, outside_modes
 from ._carving import Carver
 from ._providers import Allocation, SlotAllocator
 
@@ -108,6 +109,9 @@ class SlotBuffers:
         """
         if in_use is None:
             in_use = self.others(index) if self.allocator.checks_overlap else ()
+        if modes_active():  # a buffer is a real tensor, whatever the caller's modes
+            with outside_modes():
+                return self.allocate(index, nbytes, slot=slot, previous=previous, in_use=in_use)
         return self.allocator.allocate(
             nbytes, self.device, self._alignment, in_use=in_use, slot=slot, previous=previous
         )

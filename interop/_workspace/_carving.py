@@ -31,6 +31,8 @@ from typing import Any
 
 import torch
 
+from .._private import modes_active, outside_modes
+
 _as_strided = torch.as_strided
 _inference_mode_enabled = torch.is_inference_mode_enabled
 _view = torch.Tensor.view
@@ -131,7 +133,11 @@ class Carver:
     def _alias(self, dtype: Any) -> tuple[torch.Tensor, int, int] | None:
         """The block seen as ``dtype``, the storage offset (in elements) of the buffer's
         first byte, and the itemsize; ``None`` where the buffer's offset in its storage is
-        not a multiple of the itemsize (then views are sliced instead)."""
+        not a multiple of the itemsize (then views are sliced instead). Kept: made as a
+        real tensor, whatever the caller's torch modes."""
+        if modes_active():
+            with outside_modes():
+                return self._alias(dtype)
         block = self.block
         alias = None
         if block is not None:

@@ -43,6 +43,7 @@ import torch
 from functional_ws import Layout, Span, WorkspaceState
 from functional_ws.fast_paths import layout_of, replay_acquire, replay_retain
 
+from .._private import modes_active
 from ._carving import fresh, view_maker
 from ._requests import is_plain, plain_shape
 
@@ -183,7 +184,12 @@ def memoise(
     was seen before (``admitted``; ``None``: not asked yet, ask now); fresh views of them
     either way."""
     memo.last = layout
-    if admitted is False or not is_plain(specs) or not (admitted or memo.admits(specs)):
+    if (
+        admitted is False
+        or not is_plain(specs)
+        or not (admitted or memo.admits(specs))
+        or modes_active()  # carved under a caller's mode: perhaps the mode's tensors
+    ):
         return fresh(carved, [(spec.shape, spec.dtype) for spec in layout.specs])
     layout = layout.without_growth()  # as a replay will see it (the identity protocol)
     memo.last = layout
@@ -207,7 +213,7 @@ def memoise_retained(
     before."""
     memo.last = span
     shape = request[1]
-    if type(shape) is tuple and plain_shape(shape) and memo.admits(request):
+    if type(shape) is tuple and plain_shape(shape) and memo.admits(request) and not modes_active():
         entry = RetainedEntry(span, view, generation)
         entry.state = state  # a replay would leave this state unchanged
         memo.remember(request, entry)

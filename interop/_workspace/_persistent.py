@@ -23,6 +23,7 @@ from functional_ws import ViewSpec
 from functional_ws._presenters import install_key_namer, key_text
 
 from .._errors import PersistentMismatchError, PersistentNotTensorError
+from .._private import outside_modes
 
 
 class PersistentTables:
@@ -64,7 +65,12 @@ def tensor_factory(
     """A function creating the persistent tensor of ``spec`` on ``device`` (zeroed or not)."""
     make = torch.zeros if zero_init else torch.empty
     shape, dtype = spec.shape, cast(torch.dtype, spec.dtype)
-    return lambda: make(shape, dtype=dtype, device=device)
+
+    def factory() -> torch.Tensor:
+        with outside_modes():  # kept: a real tensor, whatever the caller's torch modes
+            return make(shape, dtype=dtype, device=device)
+
+    return factory
 
 
 def check_persistent_tensor(

@@ -67,6 +67,7 @@ from .._errors import (
     AllocationStorageOffsetError,
     AllocatorError,
 )
+from .._private import outside_modes
 
 #: A user allocator: ``allocator(nbytes, device)`` returns a 1-D ``uint8`` tensor of at least
 #: ``nbytes`` bytes on ``device``.
@@ -119,7 +120,8 @@ class Allocation:
         if buffer is None:
             block, start, nbytes = self.block, self.start, self.nbytes
             exact = start == 0 and block.numel() == nbytes
-            buffer = self._buffer = block if exact else block[start : start + nbytes]
+            with outside_modes():  # kept: a real tensor, whatever the caller's modes
+                buffer = self._buffer = block if exact else block[start : start + nbytes]
         return buffer
 
     def __repr__(self) -> str:

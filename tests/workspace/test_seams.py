@@ -392,3 +392,82 @@ def test_try_get_simultaneous_raises_another_managers_lock_refusal(where):
     assert not ws.is_locked() and not inconsistencies(ws)
     ws.lock()
     assert ws.try_get_simultaneous(((1 << 20,), U8)) is None  # its own refusal: None
+
+
+# ----- what a torch mode or transform returns is never kept -----
+
+
+class _ClonesViews(TorchFunctionMode):
+    """A mode whose handler hands back copies of the views it sees (memory elsewhere)."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        views = (torch.Tensor.view, torch.as_strided, torch.Tensor.__getitem__)
+        return out.clone() if isinstance(out, torch.Tensor) and func in views else out
+
+
+class _ClonesViewsBelow(TorchDispatchMode):
+    """The same, below the dispatcher."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        views = (torch.ops.aten.view, torch.ops.aten.as_strided, torch.ops.aten.slice)
+        return out.clone() if func.overloadpacket in views else out
+
+
+def _fake_mode():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    return FakeTensorMode(allow_non_fake_inputs=True)
+
+
+@pytest.mark.parametrize(
+    "mode", [_ClonesViews, _ClonesViewsBelow, _fake_mode], ids=["function", "dispatch", "fake"]
+)
+def test_what_a_mode_returns_inside_it_is_not_handed_out_after_it(mode):
+    """The carver's typed aliases and the memo's views are made once and kept: made under
+    a mode, they were the mode's (a copy, a FakeTensor with no memory) for every later
+    call. The original carves afresh on every call."""
+    ws = interop.WorkspaceManager("cpu")
+    ws.get_simultaneous(((4096,), U8))  # a buffer, no float32 alias yet
+    ws.get_persistent("p", (4,), F32)
+    with mode():
+        for _ in range(2):  # seen twice: memoised
+            ws.get_simultaneous(((64,), F32))
+            ws.get_retained("tail", (16,), F32)
+        ws.get_persistent("q", (4,), F32)
+    (seen,) = ws.get_simultaneous(((64,), F32))
+    (new,) = ws.get_simultaneous(((32,), F32))
+    tail, intact = ws.get_retained("tail", (16,), F32)
+    for view in (seen, new, tail):
+        assert type(view) is torch.Tensor and in_slot_buffer(ws, view)
+    assert intact  # the span kept its bytes: its view is the buffer's
+    persistent = ws.get_persistent("q", (4,), F32)
+    assert type(persistent) is torch.Tensor and persistent.untyped_storage().nbytes() == 16
+    assert not inconsistencies(ws)
+
+
+@pytest.mark.parametrize("transform", ["grad", "jacrev", "jacfwd", "vmap"])
+def test_a_growth_inside_a_torch_func_transform_gives_the_originals_result(transform):
+    """torch.empty inside a transform made a wrapper with no storage: the growth failed
+    and the slot lost its buffer. The buffer is made outside the caller's transforms."""
+    from interop.testing import ReferenceWorkspaceManager
+
+    def run(ws):
+        def loss(x):
+            (scratch,) = ws.get_simultaneous(((1024,), F32))  # grows inside the transform
+            scratch.zero_()
+            return (x * x * 2).sum() + scratch[:1].sum()
+
+        x = torch.arange(4.0)
+        if transform == "vmap":
+            return torch.func.vmap(loss)(torch.stack([x, x + 1]))
+        return getattr(torch.func, transform)(loss)(x)
+
+    ours, theirs = interop.WorkspaceManager("cpu"), ReferenceWorkspaceManager(torch.device("cpu"))
+    for ws in (ours, theirs):
+        ws.get_simultaneous(((16,), U8))
+    torch.testing.assert_close(run(ours), run(theirs))
+    assert ours.state.slots[0].capacity == 4096 and not inconsistencies(ours)
+    (view,) = ours.get_simultaneous(((1024,), F32))
+    assert type(view) is torch.Tensor and in_slot_buffer(ours, view)
