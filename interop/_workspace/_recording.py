@@ -65,11 +65,12 @@ def user_code() -> Iterator[None]:
     """Run the caller's code (a persistent factory): the manager's calls it makes are
     recorded as calls of their own, not taken for the manager's internal ones."""
     stack = _stack()
-    stack.append(None)
-    try:
+    depth = len(stack)
+    try:  # (appended inside: a Ctrl-C right after the append still takes it off)
+        stack.append(None)
         yield
     finally:
-        stack.pop()
+        del stack[depth:]
 
 
 class Recorder:
@@ -80,11 +81,11 @@ class Recorder:
         current_slot: says which slot the calling context works in.
 
     Attributes:
-        active: the histories recording now, in the order their blocks began.
+        active: the histories recording now (by identity), in the order their blocks began.
     """
 
     def __init__(self, current_slot: Callable[[], Slot]) -> None:
-        self.active: list[History] = []
+        self.active: dict[int, History] = {}
         self._current_slot = current_slot
         self._lock = threading.Lock()
         renew_after_fork(self, "_lock")  # a fork while another thread holds it
@@ -97,14 +98,16 @@ class Recorder:
             The :class:`History`, filled as calls are made; it starts with the current state.
         """
         history = History([Record("start", self._current_slot(), manager.state)])
+        # Each bookkeeping step is one C call, with no point between where a Ctrl-C is
+        # delivered (a Python call or a loop): an interrupted block leaves nothing behind.
         with self._lock:
-            self.active.append(history)
+            self.active[id(history)] = history
             manager._recording = self
         try:
             yield history
         finally:
             with self._lock:
-                self.active[:] = [h for h in self.active if h is not history]
+                del self.active[id(history)]
                 if not self.active:
                     manager._recording = None
 
@@ -121,15 +124,16 @@ class Recorder:
         inside another call of its own."""
         stack = _stack()
         inner = bool(stack) and stack[-1] is self
-        stack.append(self)
+        depth = len(stack)
         error = None
-        try:
+        try:  # (appended inside: a Ctrl-C right after the append still takes it off)
+            stack.append(self)
             return method(*args, **kwargs)
         except BaseException as err:  # an interrupt too: the call did not succeed
             error = err
             raise
         finally:
-            stack.pop()
+            del stack[depth:]
             if not inner:
                 self._record(manager, name, args, kwargs, error)
 
@@ -155,7 +159,7 @@ class Recorder:
         outcome = None if error is None else _outcome(error)
         record = Record(call, slot, manager.state, outcome, event)
         with self._lock:
-            for history in self.active:
+            for history in self.active.values():
                 history.append(record)
 
 

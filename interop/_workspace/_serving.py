@@ -148,6 +148,8 @@ class Server:
         table = self.tables.tables[index]
         if key in table:
             return table[key]  # type: ignore[no-any-return]
+        if state.locked:  # claimed, but kept by no table (a Ctrl-C came between the two)
+            raise fws.PersistentKeyLockedError(key, slot)
         if not callable(factory):
             raise TypeError(f"factory must be a callable returning the resource, got {factory!r}.")
         with user_code():  # its requests are the run's: a recording keeps them

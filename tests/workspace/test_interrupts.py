@@ -199,3 +199,57 @@ def test_an_interrupt_anywhere_leaves_a_manager_whose_next_call_works(case):
         if capacity:
             (view,) = ws.get_simultaneous(((capacity,), U8))
             assert in_slot_buffer(ws, view)
+
+
+def _sweep(make: Callable[[], Any], call: Callable[[Any], Any]) -> Iterator[tuple[Any, int]]:
+    """Each manager ``make`` gives, after ``call`` on it was interrupted at one point (every
+    point, up to :data:`MAX_POINTS`), with the point's number."""
+    total = _points(make, call)
+    assert total > 10, f"only {total} points traced"
+    for at in range(1, total + 1, max(1, total // MAX_POINTS)):
+        ws = make()
+        with contextlib.suppress(KeyboardInterrupt), profiled(Interrupt(at)):
+            call(ws)
+        yield ws, at
+
+
+def test_an_interrupted_new_persistent_key_is_never_made_anew_once_locked():
+    """The claim and the resource are kept in two steps: a Ctrl-C between them left a key
+    the state claimed and no table kept, and a locked manager then ran the factory again
+    and handed out a new resource (the original refuses: its one dict lacks the key)."""
+    made: list[object] = []
+
+    def factory() -> object:
+        made.append(object())
+        return made[-1]
+
+    for ws, at in _sweep(
+        lambda: interop.WorkspaceManager("cpu"), lambda ws: ws.get_persistent_resource("r", factory)
+    ):
+        kept = list(made)
+        made.clear()
+        ws.lock()
+        try:
+            resource = ws.get_persistent_resource("r", factory)
+        except AssertionError:
+            assert made == [], f"at {at}: refused, but after running the factory"
+        else:
+            assert made == [] and resource is kept[-1], f"at {at}: a new resource, locked"
+
+
+def test_an_interrupted_recording_leaves_nothing_behind():
+    """A Ctrl-C in a recorded call, or as its block ends: every later call is recorded (the
+    thread's stack of running recorders kept the interrupted one, and every later call was
+    taken for a call inside it), and no history stays attached to the manager."""
+    from interop._workspace import _recording
+
+    def record(ws: interop.WorkspaceManager) -> None:
+        with ws.recording():
+            ws.get_simultaneous(*BIG)
+
+    for ws, at in _sweep(lambda: _warm(interop.WorkspaceManager("cpu"), SMALL), record):
+        assert _recording._stack() == [], f"at {at}: a recorder left on the thread's stack"
+        assert not ws._recorder.active and ws._recording is None, f"at {at}: a history kept"
+        with ws.recording() as history:
+            ws.get_simultaneous(*SMALL)
+        assert len(history.trace()) == 1, f"at {at}: the next call was not recorded"
