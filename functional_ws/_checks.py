@@ -1,7 +1,8 @@
 """The one rule for integer arguments: a plain ``int`` (not a ``bool``), within bounds.
 
 Counts, indices and byte sizes all go through :func:`check_int`, so every such error reads
-the same way and names the argument and its value.
+the same way and names the argument and its value. And the one rule for a JSON object
+read from a file (a trace, a plan): no field written twice (:func:`unique_fields`).
 """
 
 from __future__ import annotations
@@ -60,3 +61,26 @@ def check_int(
     if maximum is not None and value > maximum:
         raise error(f"{name} must be at most {maximum}, got {value}.")
     return int(value)
+
+
+def unique_fields(pairs: list[tuple[str, Any]], error: type[Exception]) -> dict[str, Any]:
+    """A JSON object's fields (``json``'s ``object_pairs_hook``), refusing one written twice
+    with ``error``: JSON would keep the last silently, and a file edited by hand could claim
+    4 B where it said 4 MB first.
+
+    Example:
+        >>> unique_fields([("a", 1), ("b", 2)], ValueError)
+        {'a': 1, 'b': 2}
+        >>> unique_fields([("a", 1), ("a", 2)], ValueError)
+        Traceback (most recent call last):
+        ...
+        ValueError: text has the field 'a' twice in one object.
+    """
+    data = dict(pairs)
+    if len(data) != len(pairs):
+        seen: set[str] = set()
+        for name, _ in pairs:
+            if name in seen:
+                raise error(f"text has the field {name!r} twice in one object.")
+            seen.add(name)
+    return data

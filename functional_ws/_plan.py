@@ -89,7 +89,8 @@ def from_dict(data: dict[str, Any]) -> WorkspaceState:
     """
     if not isinstance(data, dict):
         raise InvalidPlanError(f"plan must be a dict, got {type(data).__name__}.")
-    if data.get("format") != FORMAT or data.get("version") != VERSION:
+    version = data.get("version")
+    if data.get("format") != FORMAT or type(version) is not int or version != VERSION:
         raise InvalidPlanError(
             f"plan must have format={FORMAT!r} and version={VERSION}, got "
             f"format={data.get('format')!r}, version={data.get('version')!r}."

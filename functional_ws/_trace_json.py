@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from ._checks import check_int
+from ._checks import check_int, unique_fields
 from ._errors import InvalidTraceError, TraceTypeError
 from ._trace_events import EVENT_KINDS, ReprKey, TraceEvent
 
@@ -174,7 +174,9 @@ def events_from_json(text: str | bytes) -> tuple[TraceEvent, ...]:
 
 def _events_from_json(text: str | bytes | bytearray) -> tuple[TraceEvent, ...]:
     try:
-        data = json.loads(text, object_pairs_hook=_unique_fields)
+        data = json.loads(
+            text, object_pairs_hook=lambda pairs: unique_fields(pairs, InvalidTraceError)
+        )
     except InvalidTraceError:
         raise
     except ValueError as err:  # JSONDecodeError, and bytes that are not UTF-8
@@ -191,19 +193,6 @@ def _events_from_json(text: str | bytes | bytearray) -> tuple[TraceEvent, ...]:
     if type(events) is not list:
         raise InvalidTraceError(f"trace['events'] must be a list, got {events!r:.80}.")
     return tuple(_event_from_json(e, f"trace['events'][{i}]") for i, e in enumerate(events))
-
-
-def _unique_fields(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """A JSON object's fields, refusing one written twice (JSON would keep the last
-    silently: a trace edited by hand could claim 4 B where it said 4 MB first)."""
-    data = dict(pairs)
-    if len(data) != len(pairs):
-        seen: set[str] = set()
-        for name, _ in pairs:
-            if name in seen:
-                raise InvalidTraceError(f"text has the field {name!r} twice in one object.")
-            seen.add(name)
-    return data
 
 
 def _event_from_json(data: Any, where: str) -> TraceEvent:

@@ -11,6 +11,7 @@ import stat
 
 import functional_ws as fws
 from functional_ws import InvalidPlanError, WorkspaceState
+from functional_ws._checks import unique_fields
 
 
 def save_plan(state: WorkspaceState, path: str | os.PathLike[str]) -> None:
@@ -119,9 +120,15 @@ def load_plan(path: str | os.PathLike[str]) -> WorkspaceState:
     with open(path, "rb") as f:
         raw = f.read()
     try:
-        data = json.loads(raw.decode("utf-8"), parse_int=_plan_int)
+        data = json.loads(
+            raw.decode("utf-8"),
+            parse_int=_plan_int,
+            object_pairs_hook=lambda pairs: unique_fields(pairs, InvalidPlanError),
+        )
     except UnicodeDecodeError as err:
         raise InvalidPlanError(f"plan file {where!r} is not UTF-8 text ({err}).") from None
+    except InvalidPlanError as err:  # a field written twice
+        raise InvalidPlanError(f"plan file {where!r}: {err}") from None
     except json.JSONDecodeError as err:
         what = "empty" if not raw.strip() else f"not valid JSON ({err})"
         raise InvalidPlanError(f"plan file {where!r} is {what}.") from None

@@ -164,6 +164,12 @@ CASES = [
     ("plan-malformed", _load('{"format": "nope"}'), False, ValueError, ["format", "'nope'"]),
     ("plan-other-lanes", _load(_other_plan), False, ValueError, ["num_lanes=3"]),
     ("plan-empty", _load(""), False, ValueError, ["plan.json", "empty"]),
+    # JSON keeps the last of a field written twice: 4 B claimed where the file said 4 MiB
+    ("plan-field-twice",
+     _load(_plan().replace('"capacity": 0', '"capacity": 4194304, "capacity": 4', 1)),
+     False, ValueError, ["plan.json", "'capacity' twice"]),
+    ("plan-version-true", _load(_plan(version=True)), False, ValueError, ["version=True"]),
+    ("plan-version-float", _load(_plan(version=1.0)), False, ValueError, ["version=1.0"]),
     ("plan-truncated", _load(_plan()[:40]), False, ValueError, ["plan.json", "not valid JSON"]),
     ("plan-not-utf8", _load(b"\xff\xfe{}"), False, ValueError, ["plan.json", "UTF-8"]),
     ("plan-deeply-nested", _load("[" * 100_000 + "]" * 100_000), False, ValueError,
