@@ -102,6 +102,14 @@ storage-count and constant-result hooks take their private paths (checked).
   2.13 and 2.15), with the public ``torch._C.DisableTorchFunction``. Gate: all exist.
   Fallback: never active, and the tensors are made in the caller's modes, as the original
   makes its own.
+- :func:`below_autograd` and :func:`with_autograd`: whether torch code runs below
+  autograd now (JAX called from a custom op's kernel: a ``jax_call`` compiled by
+  ``torch.compile`` runs JAX there, and a ``torch_call`` inside it calls torch back), and a
+  context with autograd's dispatch keys back, as an eager caller has them:
+  ``torch._C._dispatch_tls_is_dispatch_key_excluded``, ``_dispatch_tls_local_exclude_set``,
+  ``_dispatch_tls_local_include_set`` and ``_ForceDispatchKeyGuard`` (checked on torch 2.13
+  and 2.15). Gate: all exist. Fallback: never below (a ``torch_call``'s backward inside a
+  compiled ``jax_call`` then fails with ``NoGradientError``, as before).
 - :func:`storage_from_weak`: the storage a ``StorageWeakRef`` refers to, while it lives:
   ``torch.UntypedStorage._new_with_weak_ptr(ref.cdata)`` (checked on torch 2.13). Gate: it
   exists. Fallback: ``None``, as for a freed storage (no public function turns a weak
@@ -620,6 +628,49 @@ def outside_modes() -> Iterator[None]:
         temporarily_clear_interpreter_stack(),
     ):
         yield
+
+
+#: The dispatch keys of torch's autograd (what running below autograd excludes).
+_AUTOGRAD_KEYS: tuple[Any, ...] = tuple(
+    getattr(torch._C.DispatchKey, name, None)
+    for name in ("AutogradFunctionality", "AutogradOther", "AutogradNestedTensor")
+)
+_DISPATCH_HOOKS = (
+    all(
+        hasattr(torch._C, name)
+        for name in (
+            "_dispatch_tls_is_dispatch_key_excluded",
+            "_dispatch_tls_local_exclude_set",
+            "_dispatch_tls_local_include_set",
+            "_ForceDispatchKeyGuard",
+        )
+    )
+    and None not in _AUTOGRAD_KEYS
+)
+
+
+def below_autograd() -> bool:
+    """Whether torch code run now runs below autograd (in a custom op's kernel), where
+    torch's autograd records nothing, whatever the grad mode says.
+
+    Example:
+        >>> below_autograd()
+        False
+    """
+    if not _DISPATCH_HOOKS:  # pragma: no cover - depends on the installed torch
+        return False
+    return bool(torch._C._dispatch_tls_is_dispatch_key_excluded(_AUTOGRAD_KEYS[0]))
+
+
+def with_autograd() -> contextlib.AbstractContextManager[Any]:
+    """A context with autograd's dispatch keys back, as an eager caller has them (whatever
+    else the thread's dispatch excludes or includes stays as it is)."""
+    if not _DISPATCH_HOOKS:  # pragma: no cover - depends on the installed torch
+        return contextlib.nullcontext()
+    excluded = torch._C._dispatch_tls_local_exclude_set()
+    for key in _AUTOGRAD_KEYS:
+        excluded = excluded.remove(key)
+    return torch._C._ForceDispatchKeyGuard(torch._C._dispatch_tls_local_include_set(), excluded)
 
 
 def dual_level_active() -> bool:

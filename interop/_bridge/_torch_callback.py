@@ -142,31 +142,6 @@ def _outside_inference() -> contextlib.AbstractContextManager[Any]:
     return contextlib.nullcontext()
 
 
-_excluded = torch._C._dispatch_tls_is_dispatch_key_excluded
-#: The dispatch keys of torch's autograd (what running below autograd excludes).
-_AUTOGRAD_KEYS = (
-    torch._C.DispatchKey.AutogradFunctionality,
-    torch._C.DispatchKey.AutogradOther,
-    torch._C.DispatchKey.AutogradNestedTensor,
-)
-
-
-def _below_autograd() -> bool:
-    """Whether torch code here runs below autograd: JAX called from a kernel of a custom
-    op (a ``jax_call`` compiled by ``torch.compile`` runs JAX in its op's kernel), where
-    torch's autograd records nothing, whatever the grad mode says."""
-    return bool(_excluded(_AUTOGRAD_KEYS[0]))
-
-
-def _with_autograd() -> contextlib.AbstractContextManager[Any]:
-    """Torch's dispatch with autograd's keys back, as an eager caller has it (everything
-    else the thread's dispatch excludes or includes stays as it is)."""
-    excluded = torch._C._dispatch_tls_local_exclude_set()
-    for key in _AUTOGRAD_KEYS:
-        excluded = excluded.remove(key)
-    return torch._C._ForceDispatchKeyGuard(torch._C._dispatch_tls_local_include_set(), excluded)
-
-
 def _aliases(buffers: Sequence[Any]) -> list[torch.Tensor]:
     """Tensors aliasing XLA's ``buffers``: ordinary tensors (:func:`_outside_inference`)."""
     with _outside_inference():
@@ -291,8 +266,8 @@ def run_forward(
 ) -> list[torch.Tensor]:
     """Call ``fn`` on ``tensors`` (in the thread's grad mode: the inputs do not require
     grad), check its inputs and results; the results."""
-    if _below_autograd():  # fn runs as an eager caller's would (a compiled jax_call's op)
-        with _with_autograd():
+    if _private.below_autograd():  # fn runs as an eager caller's would (a compiled jax_call's op)
+        with _private.with_autograd():
             return run_forward(fn, sig, tensors, device)
     before = _snapshot(tensors)
     returned = _call_fn(fn, sig, tensors)
@@ -378,8 +353,8 @@ def run_backward(
         NoGradientError: a required input that torch's autograd does not connect to any
             result, or a result without autograd history that gets a nonzero cotangent.
     """
-    if _below_autograd():  # autograd records fn's graph (a compiled jax_call's op)
-        with _with_autograd():
+    if _private.below_autograd():  # autograd records fn's graph (a compiled jax_call's op)
+        with _private.with_autograd():
             return run_backward(fn, sig, tensors, wanted, cotangents, device, required)
     before = _snapshot(tensors)
     # Every floating input is tracked, whatever ``wanted`` holds: a result made of inputs
