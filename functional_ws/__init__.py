@@ -37,6 +37,7 @@ from ._errors import InvalidSlotTypeError as InvalidSlotTypeError
 from ._errors import InvalidSpecError as InvalidSpecError
 from ._errors import InvalidTraceError as InvalidTraceError
 from ._errors import LaneNotConfiguredError as LaneNotConfiguredError
+from ._errors import NegativeDimError as NegativeDimError
 from ._errors import PersistentKeyLockedError as PersistentKeyLockedError
 from ._errors import TraceMismatchError as TraceMismatchError
 from ._errors import TraceTypeError as TraceTypeError
@@ -91,6 +92,7 @@ __all__ = [
     "InvalidTraceError",
     "LaneNotConfiguredError",
     "Layout",
+    "NegativeDimError",
     "PersistentKeyLockedError",
     "ReprKey",
     "Shortfall",

@@ -27,6 +27,12 @@ class InvalidShapeError(InvalidSpecError, TypeError):
     ``TypeError`` as well, as the original raises one (its arithmetic or ``view`` fails)."""
 
 
+class NegativeDimError(InvalidShapeError, RuntimeError):
+    """A shape with a negative dimension: a ``RuntimeError`` as well, as the original's
+    ``reshape`` (or ``torch.empty``) raises one (``-1``, which ``reshape`` infers, it serves
+    from a grown slot as a view of the wrong size)."""
+
+
 class InvalidDtypeError(InvalidSpecError, TypeError, AttributeError):
     """A dtype the workspace cannot make views of (a string, ``None``, a NumPy dtype where
     torch's is needed): a ``TypeError`` and an ``AttributeError`` as well, as the original
@@ -174,6 +180,7 @@ for _error in (
     WorkspaceError,
     InvalidSpecError,
     InvalidShapeError,
+    NegativeDimError,
     InvalidDtypeError,
     InvalidRequestError,
     InvalidConfigError,

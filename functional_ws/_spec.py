@@ -16,7 +16,13 @@ import numpy as np
 
 from ._build import fast_constructor
 from ._checks import is_int
-from ._errors import InvalidDtypeError, InvalidRequestError, InvalidShapeError, InvalidSpecError
+from ._errors import (
+    InvalidDtypeError,
+    InvalidRequestError,
+    InvalidShapeError,
+    InvalidSpecError,
+    NegativeDimError,
+)
 
 #: Byte counts at or above this are refused (they cannot index memory).
 MAX_BYTES = 2**63
@@ -124,7 +130,8 @@ def normalize_shape(shape: Any, argname: str = "shape") -> tuple[int, ...]:
         )
     for i, dim in enumerate(shape):
         if not _is_integer(dim) or dim < 0:
-            raise InvalidShapeError(
+            error = NegativeDimError if _is_integer(dim) else InvalidShapeError
+            raise error(
                 f"{argname}[{i}] must be a non-negative int, got {dim!r} in {argname}={shape!r}."
             )
     return tuple(int(d) for d in shape)

@@ -29,6 +29,7 @@ from functional_ws import InvalidSlotTypeError as InvalidSlotTypeError
 from functional_ws import InvalidSpecError as InvalidSpecError
 from functional_ws import InvalidTraceError as InvalidTraceError
 from functional_ws import LaneNotConfiguredError as LaneNotConfiguredError
+from functional_ws import NegativeDimError as NegativeDimError
 from functional_ws import PersistentKeyLockedError as PersistentKeyLockedError
 from functional_ws import TraceMismatchError as TraceMismatchError
 from functional_ws import TraceTypeError as TraceTypeError
@@ -149,6 +150,7 @@ __all__ = [
     "LazyViewError",
     "MisalignedViewError",
     "NegativeBitError",
+    "NegativeDimError",
     "NestedCallError",
     "NoGradientError",
     "NotInitializedError",

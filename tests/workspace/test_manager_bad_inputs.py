@@ -346,6 +346,8 @@ BAD_REQUESTS = [
     ("nested-dims", (((2,),), torch.float32)),
     ("int-shape", (4, torch.float32)),
     ("negative-dim", ((-1,), torch.float32)),
+    ("negative-dim-not-inferred", ((-4,), torch.float32)),  # reshape's RuntimeError
+    ("negative-dim-of-two", ((4, -2), torch.float32)),
     ("huge", ((2**62,), torch.float32)),
     ("string-dtype", ((4,), "float32")),
     ("none-dtype", ((4,), None)),
