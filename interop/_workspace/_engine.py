@@ -59,6 +59,7 @@ consistent (see above).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import threading
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
@@ -120,6 +121,26 @@ class Engine:
         self._device = buffers.device
         self._mutex = threading.Lock()
         renew_after_fork(self, "_mutex")  # a fork while another thread holds it
+
+    # ----- a copy of another manager's -----
+
+    def snapshot(self) -> tuple[WorkspaceState, list[torch.Tensor | None]]:
+        """The state and every slot's buffer, read together (what a copy is made of)."""
+        with self._mutex:
+            return self.state, self.buffers.buffers()
+
+    def adopt(self, state: WorkspaceState, buffers: Sequence[torch.Tensor | None]) -> None:
+        """Become a copy of a manager whose :meth:`snapshot` was ``(state, buffers)`` (of
+        this one's configuration), on a fresh engine: each slot gets a buffer of its own,
+        allocated inside ``alloc_context()``, holding a copy of that slot's bytes, and the
+        state is ``state`` (this device's limit kept)."""
+        with self._alloc_context():
+            for index, old in enumerate(buffers):
+                if old is not None and old.numel():
+                    allocation = self.buffers.allocate(index, old.numel())
+                    allocation.buffer.copy_(old)
+                    self.buffers.install(index, allocation)
+        self.state = dataclasses.replace(state, max_capacity=self.state.max_capacity)
 
     # ----- installing a state -----
 

@@ -19,6 +19,7 @@ memoised views if the state is the one their plan left; a state that moved goes 
 
 from __future__ import annotations
 
+import copy
 import os
 from collections.abc import Callable, Hashable, Iterable
 from contextlib import AbstractContextManager, nullcontext
@@ -167,6 +168,15 @@ class WorkspaceManager:
         self._server = Server(self._engine, self._memos, self._persistent)
         self._recorder = Recorder(current_slot)
         self._recording: Recorder | None = None  # the recorder while a recording runs
+        #: What a copy is made with (:meth:`__reduce__`).
+        self._config = {
+            "num_ubatches": state.num_ubatches,
+            "num_lanes": state.num_lanes,
+            "alloc_context": alloc_context,
+            "growth": state.growth,
+            "alignment": state.alignment,
+            "allocator": allocator,
+        }
         if self._device.type == "cuda" and self._allocator.name != "jax":
             # JAX's memory settings are the bridge's: imported only for a GPU workspace.
             from .._bridge._jax_config import warn_if_jax_preallocates
@@ -783,3 +793,50 @@ class WorkspaceManager:
 
     def __repr__(self) -> str:
         return manager_repr(self._engine.state, self._device, self._allocator.name)
+
+    # ----- copies -----
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickling: a manager of the same configuration holding this one's state, bytes and
+        persistent resources (the original's tensors and dicts pickle likewise). The
+        allocator and ``alloc_context`` go by reference (pickle needs them importable);
+        the memo and a recording running are not kept."""
+        state, buffers = self._engine.snapshot()
+        tables = [dict(table) for table in self._tables]
+        return (_rebuild, (self._device, self._config, state, buffers, tables))
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> WorkspaceManager:
+        """``copy.deepcopy`` (of a model holding the manager, say): an independent manager
+        as :meth:`__reduce__` describes, its persistent resources deep-copied with the rest
+        (views handed out before are copied as tensors of their own, not of its buffers)."""
+        state, buffers = self._engine.snapshot()
+        tables = [
+            {key: copy.deepcopy(resource, memo) for key, resource in table.items()}
+            for table in self._tables
+        ]
+        copied = _rebuild(self._device, self._config, state, buffers, tables)
+        memo[id(self)] = copied
+        return copied
+
+    def __copy__(self) -> WorkspaceManager:
+        """``copy.copy``: another handle on this manager (its state, buffers and resources
+        shared, as the original's shallow copy shares its lists and dicts)."""
+        shallow = object.__new__(type(self))
+        vars(shallow).update(vars(self))
+        return shallow
+
+
+def _rebuild(
+    device: torch.device,
+    config: dict[str, Any],
+    state: WorkspaceState,
+    buffers: list[torch.Tensor | None],
+    tables: list[dict[Hashable, Any]],
+) -> WorkspaceManager:
+    """A manager of ``config`` on ``device`` that is a copy of one whose state, buffers and
+    persistent tables were these (each slot's bytes copied into a buffer of its own)."""
+    manager = WorkspaceManager(device, **config)
+    manager._engine.adopt(state, buffers)
+    for table, kept in zip(manager._tables, tables, strict=True):
+        table.update(kept)
+    return manager

@@ -1,0 +1,118 @@
+"""Copies of a manager: ``copy.deepcopy`` (of a model holding one, say), pickling and
+``copy.copy``, as the original's copies behave (its tensors and dicts are copied, or shared
+by a shallow copy), with this manager's guarantees kept in the copy."""
+
+from __future__ import annotations
+
+import copy
+import pickle
+
+import pytest
+import torch
+from support.seams import in_slot_buffer, inconsistencies
+
+import functional_ws as fws
+import interop
+from interop.testing import ReferenceWorkspaceManager
+
+F32, U8 = torch.float32, torch.uint8
+
+
+def _used(**options) -> interop.WorkspaceManager:
+    ws = interop.WorkspaceManager("cpu", num_ubatches=2, **options)
+    ws.get_simultaneous(((1000,), F32))
+    tail, _ = ws.get_retained("tail", (16,), F32)
+    tail.copy_(torch.arange(16.0))
+    ws.get_persistent("scales", (4,), F32).fill_(3.0)
+    ws.get_persistent_resource("table", lambda: {"rows": [1, 2]})
+    with interop.use_workspace_ubatch(1):
+        ws.get_simultaneous(((100,), U8))
+    return ws
+
+
+COPIES = {
+    "deepcopy": copy.deepcopy,
+    "pickle": lambda ws: pickle.loads(pickle.dumps(ws)),
+}
+
+
+@pytest.mark.parametrize("make_copy", list(COPIES.values()), ids=list(COPIES))
+@pytest.mark.parametrize("locked", [False, True], ids=["unlocked", "locked"])
+def test_a_copy_is_an_independent_manager_with_the_same_state_and_bytes(make_copy, locked):
+    ws = _used()
+    if locked:
+        ws.lock()
+    twin = make_copy(ws)
+    assert twin.state == ws.state and twin.is_locked() is locked
+    assert not inconsistencies(twin)
+    tail, intact = twin.get_retained("tail", (16,), F32)  # the span's bytes came along
+    assert intact and tail.tolist() == list(range(16))
+    assert in_slot_buffer(twin, tail) and not in_slot_buffer(ws, tail)
+    scales = twin.get_persistent("scales", (4,), F32)
+    assert scales.tolist() == [3.0] * 4
+    assert scales.data_ptr() != ws.get_persistent("scales", (4,), F32).data_ptr()
+    table = twin.get_persistent_resource("table", dict)
+    assert table == {"rows": [1, 2]} and table is not ws.get_persistent_resource("table", dict)
+    (view,) = twin.get_simultaneous(((1000,), F32))
+    assert view.data_ptr() % 256 == 0 and in_slot_buffer(twin, view)
+    scales.fill_(7.0)  # what the copy does reaches nothing of the original's
+    assert ws.get_persistent("scales", (4,), F32).tolist() == [3.0] * 4
+    if locked:
+        with pytest.raises(fws.WorkspaceLockedError):
+            twin.get_simultaneous(((10_000,), F32))
+    else:
+        twin.get_simultaneous(((10_000,), F32))  # it grows on its own
+        assert ws.state.capacity((0, 0)) == 4096
+
+
+def test_deepcopy_of_a_model_holding_the_manager_keeps_its_references_consistent():
+    """An EMA model is a ``copy.deepcopy`` of the model: the copy's persistent tensor is the
+    tensor the copied model holds, as in the original (one memo for both)."""
+
+    class Model(torch.nn.Module):
+        def __init__(self, ws: interop.WorkspaceManager) -> None:
+            super().__init__()
+            self.ws = ws
+            self.scales = ws.get_persistent("scales", (4,), F32, zero_init=True)
+
+    model = Model(interop.WorkspaceManager("cpu"))
+    ema = copy.deepcopy(model)
+    assert ema.ws is not model.ws
+    assert ema.scales is ema.ws.get_persistent("scales", (4,), F32)
+    reference = ReferenceWorkspaceManager(torch.device("cpu"))
+    ours = {"ws": reference, "scales": reference.get_persistent("scales", (4,), F32)}
+    theirs = copy.deepcopy(ours)
+    assert theirs["scales"] is theirs["ws"].get_persistent("scales", (4,), F32)
+
+
+def test_a_copy_keeps_the_allocator_and_configuration():
+    ws = _used(allocator="jax", growth="ubatches", alignment=512)
+    twin = copy.deepcopy(ws)
+    assert twin.allocator == "jax" and twin.state == ws.state
+    assert twin.stats().slots[0].allocator == "jax"
+    (view,) = twin.get_simultaneous(((10,), F32), ((10,), F32))[1:]
+    assert view.data_ptr() % 512 == 0
+
+
+def test_a_shallow_copy_is_another_handle_on_the_same_manager():
+    """As the original's: its lists and dicts are shared, so a growth through one handle
+    is the other's too."""
+    ws = _used()
+    handle = copy.copy(ws)
+    handle.get_simultaneous(((10_000,), F32))
+    assert ws.state is handle.state and ws.state.capacity((0, 0)) >= 40_000
+    (a,), (b,) = ws.get_simultaneous(((8,), F32)), handle.get_simultaneous(((8,), F32))
+    assert a.data_ptr() == b.data_ptr()
+
+
+def test_a_manager_whose_context_cannot_be_pickled_says_so():
+    ws = interop.WorkspaceManager("cpu", alloc_context=lambda: contextlib_nullcontext())
+    with pytest.raises((pickle.PicklingError, AttributeError, TypeError)):
+        pickle.dumps(ws)
+    assert copy.deepcopy(ws).state == ws.state  # a deep copy keeps the same context
+
+
+def contextlib_nullcontext():
+    import contextlib
+
+    return contextlib.nullcontext()
