@@ -167,7 +167,6 @@ class WorkspaceManager:
         self._tables = self._persistent.tables
         self._server = Server(self._engine, self._memos, self._persistent)
         self._recorder = Recorder(current_slot)
-        self._recording: Recorder | None = None  # the recorder while a recording runs
         #: What a copy is made with (:meth:`__reduce__`).
         self._config = {
             "num_ubatches": state.num_ubatches,
@@ -283,8 +282,8 @@ class WorkspaceManager:
             CapacityLimitError: (``RuntimeError``) more bytes than the device has.
             GrowthDuringCaptureError: (``RuntimeError``) growth during CUDA graph capture.
         """
-        recorder = self._recording  # a recording runs: recorded (_recording.py)
-        if recorder is not None and recorder.outermost():
+        recorder = self._recorder  # a recording runs: recorded (_recording.py)
+        if recorder.active and recorder.outermost():
             method = partial(WorkspaceManager.get_simultaneous, self)
             return recorder.call(self, "get_simultaneous", method, shapes_and_dtypes, {})  # type: ignore[no-any-return]
         ubatch, lane = SLOT.get()
@@ -416,8 +415,8 @@ class WorkspaceManager:
             >>> intact, ws.get_retained("kv", (16,), torch.float32)[1]
             (False, True)
         """
-        recorder = self._recording  # a recording runs: recorded (_recording.py)
-        if recorder is not None and recorder.outermost():
+        recorder = self._recorder  # a recording runs: recorded (_recording.py)
+        if recorder.active and recorder.outermost():
             method = partial(WorkspaceManager.get_retained, self)
             return recorder.call(self, "get_retained", method, (key, shape, dtype), {})  # type: ignore[no-any-return]
         ubatch, lane = SLOT.get()  # the slot lookup of get_simultaneous, inlined likewise
@@ -648,8 +647,8 @@ class WorkspaceManager:
             >>> ws.get_persistent_resource("table", dict) is table
             True
         """
-        recorder = self._recording  # a recording runs: recorded (_recording.py)
-        if recorder is not None and recorder.outermost():
+        recorder = self._recorder  # a recording runs: recorded (_recording.py)
+        if recorder.active and recorder.outermost():
             method = partial(WorkspaceManager.get_persistent_resource, self)
             return recorder.call(self, "get_persistent_resource", method, (key, factory), {})  # type: ignore[no-any-return]
         index = _context.current_index(self._num_ubatches, self._num_lanes)
@@ -698,8 +697,8 @@ class WorkspaceManager:
             >>> scales.tolist(), ws.get_persistent("scales", (4,), torch.float32) is scales
             ([0.0, 0.0, 0.0, 0.0], True)
         """
-        recorder = self._recording  # a recording runs: recorded (_recording.py)
-        if recorder is not None and recorder.outermost():
+        recorder = self._recorder  # a recording runs: recorded (_recording.py)
+        if recorder.active and recorder.outermost():
             method = partial(WorkspaceManager.get_persistent, self)
             kwargs = {"zero_init": zero_init} if zero_init is not False else {}  # as called
             return recorder.call(self, "get_persistent", method, (key, shape, dtype), kwargs)  # type: ignore[no-any-return]

@@ -1,10 +1,10 @@
 """Recording a manager's calls: ``WorkspaceManager.recording()``.
 
-Each recorded public method asks, first thing, whether a recording is on: the manager's
-``_recording`` attribute, the :class:`Recorder` while one runs (:meth:`Recorder.recording`
-sets it when the first recording starts and clears it when the last one ends), else
-``None``. The hot ones (``get_simultaneous``, ``get_retained``, ``get_persistent``) ask
-inline; the others are wrapped by :func:`recorded`. The question is asked by the class's
+Each recorded public method asks, first thing, whether a recording is on: whether its
+:class:`Recorder` (which every handle on the manager shares, a ``copy.copy`` included) has
+an active history. The hot ones (``get_simultaneous``, ``get_retained``,
+``get_persistent``, ``get_persistent_resource``) ask inline; the others are wrapped by
+:func:`recorded`. The question is asked by the class's
 own methods, so every way of calling one is recorded: through the instance, through a
 method bound before the recording began (a layer that keeps ``ws.get_simultaneous``), or
 through the class (``WorkspaceManager.get_simultaneous(ws, ...)``).
@@ -102,14 +102,11 @@ class Recorder:
         # delivered (a Python call or a loop): an interrupted block leaves nothing behind.
         with self._lock:
             self.active[id(history)] = history
-            manager._recording = self
         try:
             yield history
         finally:
             with self._lock:
                 del self.active[id(history)]
-                if not self.active:
-                    manager._recording = None
 
     def outermost(self) -> bool:
         """Whether a public call starting now is one to record: not one the manager makes
@@ -178,8 +175,8 @@ def recorded(method: _F) -> _F:
 
     @functools.wraps(method)
     def call(self: Any, *args: Any, **kwargs: Any) -> Any:
-        recorder = self._recording
-        if recorder is None or not recorder.outermost():
+        recorder = self._recorder
+        if not recorder.active or not recorder.outermost():
             return method(self, *args, **kwargs)
         return recorder.call(self, name, method.__get__(self), args, kwargs)
 

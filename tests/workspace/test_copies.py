@@ -116,3 +116,11 @@ def contextlib_nullcontext():
     import contextlib
 
     return contextlib.nullcontext()
+
+
+def test_a_recording_sees_calls_through_a_shallow_copy():
+    ws = interop.WorkspaceManager("cpu")
+    handle = copy.copy(ws)
+    with ws.recording() as history:
+        handle.get_simultaneous(((8,), F32))
+    assert len(history.trace()) == 1
