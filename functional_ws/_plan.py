@@ -107,10 +107,10 @@ def from_dict(data: dict[str, Any]) -> WorkspaceState:
     count = num_ubatches * num_lanes
     entries = _field(data, "slots", "plan")
     if not isinstance(entries, list) or len(entries) != count:
-        shown = entries if not isinstance(entries, list) else f"a list of {len(entries)}"
+        shown = f"a list of {len(entries)}" if isinstance(entries, list) else repr(entries)
         raise InvalidPlanError(
             f"plan['slots'] must list {count} slots ({num_ubatches} ubatches x {num_lanes} "
-            f"lanes), got {shown!r}."
+            f"lanes), got {shown}."
         )
     slots: list[SlotState | None] = [None] * count
     for i, entry in enumerate(entries):

@@ -101,8 +101,28 @@ def shortfall_text(shortfall: Shortfall) -> str:
         return f"{head}: a new key, which a locked workspace refuses"
     return (
         f"{head}: needs {format_bytes(shortfall.needed)}, finds "
-        f"{format_bytes(shortfall.capacity)} ({format_bytes(shortfall.missing)} short)"
+        f"{format_bytes(shortfall.capacity)} ({_short_by(shortfall)})"
     )
+
+
+def _short_by(shortfall: Shortfall) -> str:
+    """How much the slot lacks, or, where it fits and only the other slots of its lane
+    must grow with it (``growth="ubatches"``), which ones.
+
+    Example:
+        >>> from functional_ws import Shortfall, TraceEvent
+        >>> event = TraceEvent("retain", (1, 0), ((100, "uint8"),), "kv")
+        >>> print(_short_by(Shortfall(0, event, 100, 1024, (((0, 0), 100),))))
+        it fits; slot (0, 0) grows with it to 100 B: growth="ubatches" keeps a lane's slots in step
+    """
+    if shortfall.missing or not shortfall.growth:
+        return f"{format_bytes(shortfall.missing)} short"
+    grown = ", ".join(
+        f"slot {slot} grows with it to {format_bytes(nbytes)}"
+        for slot, nbytes in shortfall.growth
+        if slot != shortfall.slot
+    )
+    return f"it fits; {grown}: growth=\"ubatches\" keeps a lane's slots in step"
 
 
 def shortfall_html(shortfall: Shortfall) -> str:
@@ -121,6 +141,6 @@ def shortfall_html(shortfall: Shortfall) -> str:
             f"{format_bytes(shortfall.needed)}</span>, finds "
             f'<span title="{exact_bytes(shortfall.capacity)}">'
             f"{format_bytes(shortfall.capacity)}</span> "
-            f'(<b style="color:#b00">{format_bytes(shortfall.missing)} short</b>)'
+            f'(<b style="color:#b00">{escape(_short_by(shortfall))}</b>)'
         )
     return f'<div style="font:12px sans-serif">{head}: {body}</div>'

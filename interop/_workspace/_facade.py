@@ -561,6 +561,10 @@ class WorkspaceManager:
             >>> [s.capacity for s in fresh.stats().slots]
             [4096, 0]
         """
+        if not traces:
+            raise fws.InvalidTraceError(
+                "reserve_for needs at least one trace: ws.reserve_for(history.trace(), ...)."
+            )
         self._server.reserve_for(traces)
 
     def _reserve(self, requests: list[list[ViewSpec]], slots: Any) -> None:

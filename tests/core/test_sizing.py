@@ -313,3 +313,15 @@ def test_under_ubatches_a_retain_that_grows_a_smaller_sibling_is_a_shortfall():
     (found,) = fws.replay(s, fws.Trace().retain((0, 0), "k", ((300,), U8)))
     assert (found.slot, found.missing, found.growth) == ((0, 0), 0, (((1, 0), 300),))
     assert fws.retain(s, (0, 0), "k", ((300,), U8))[1].growth == found.growth  # as the core does
+
+
+def test_a_shortfall_whose_slot_fits_names_the_slots_that_grow_with_it():
+    """Under growth="ubatches" a retain whose own slot fits still grows its lane's other
+    slots: the text said "(0 B short)", and named none of them."""
+    data = fws.to_dict(fws.initial_state(num_ubatches=2, growth="ubatches"))
+    data["slots"][1].update(capacity=1024, growths=1)  # (1, 0) holds 1 KiB, (0, 0) nothing
+    state = fws.lock(fws.from_dict(data))
+    (shortfall,) = fws.replay(state, fws.Trace().retain((1, 0), "kv", ((100,), np.uint8)))
+    assert shortfall.missing == 0 and shortfall.growth == (((0, 0), 100),)
+    for text in (str(shortfall), shortfall._repr_html_()):
+        assert "0 B short" not in text and "slot (0, 0) grows with it to 100 B" in text

@@ -164,6 +164,10 @@ CASES = [
     ("plan-malformed", _load('{"format": "nope"}'), False, ValueError, ["format", "'nope'"]),
     ("plan-other-lanes", _load(_other_plan), False, ValueError, ["num_lanes=3"]),
     ("plan-empty", _load(""), False, ValueError, ["plan.json", "empty"]),
+    ("plan-slots-short", _load(_plan(x=lambda d: d["slots"].pop())), False, ValueError,
+     ["must list 4 slots", "got a list of 3."]),
+    ("reserve-for-nothing", lambda ws: ws.reserve_for(), False, ValueError,
+     ["reserve_for needs at least one trace"]),
     # JSON keeps the last of a field written twice: 4 B claimed where the file said 4 MiB
     ("plan-field-twice",
      _load(_plan().replace('"capacity": 0', '"capacity": 4194304, "capacity": 4', 1)),
