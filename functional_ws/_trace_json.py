@@ -133,7 +133,7 @@ def key_spelling(key: Hashable) -> str:
     """
     try:
         return json.dumps(key_to_json(key), sort_keys=True)
-    except InvalidTraceError:
+    except (ValueError, RecursionError):  # InvalidTraceError; an int of too many digits
         return f"<unspellable {id(key)}>"  # equal to no other key's spelling
 
 
@@ -154,8 +154,13 @@ def events_to_json(events: tuple[TraceEvent, ...], indent: int | None = None) ->
             written.append(_event_to_json(event))
         except InvalidTraceError as err:
             raise InvalidTraceError(f"trace.events[{i}]: {err}") from None
+        except RecursionError:
+            raise InvalidTraceError(f"trace.events[{i}]: its key is nested too deeply") from None
     data = {"format": FORMAT, "version": VERSION, "events": written}
-    return json.dumps(data, indent=indent, allow_nan=False)
+    try:
+        return json.dumps(data, indent=indent, allow_nan=False)
+    except (ValueError, RecursionError) as err:  # an int key of too many digits, nesting
+        raise InvalidTraceError(f"trace cannot be written as JSON: {err}") from None
 
 
 def events_from_json(text: str | bytes) -> tuple[TraceEvent, ...]:

@@ -122,7 +122,7 @@ def _short_by(shortfall: Shortfall) -> str:
         for slot, nbytes in shortfall.growth
         if slot != shortfall.slot
     )
-    return f"it fits; {grown}: growth=\"ubatches\" keeps a lane's slots in step"
+    return f'it fits; {grown}: growth="ubatches" keeps a lane\'s slots in step'
 
 
 def shortfall_html(shortfall: Shortfall) -> str:

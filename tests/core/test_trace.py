@@ -311,3 +311,20 @@ def test_appending_builds_what_the_constructor_builds(trace):
     again = fws.Trace(tuple(trace.events))
     assert again == trace and hash(again) == hash(trace)
     assert (trace + again).events == trace.events * 2
+
+
+def test_a_key_json_cannot_write_is_an_invalid_trace_and_replays_as_unspellable():
+    """An int of more digits than Python converts, or a key nested past the recursion
+    limit: to_json raised ValueError or RecursionError; replay of a trace read back from
+    JSON raised ValueError on a state holding such a key."""
+    huge, deep = 10**5000, ()
+    for _ in range(5000):
+        deep = (deep,)
+    for key in (huge, deep):
+        with pytest.raises(fws.InvalidTraceError, match=r"events\[0\]|as JSON"):
+            fws.Trace().claim((0, 0), key).to_json()
+    state = fws.lock(fws.claim(fws.initial_state(), (0, 0), huge)[0])
+    back = fws.Trace.from_json(fws.Trace().claim((0, 0), (fws.Trace, "scales")).to_json())
+    assert isinstance(back.events[0].key[0], fws.ReprKey)  # compared by its spelling
+    (shortfall,) = fws.replay(state, back)  # a new key: a locked state refuses it
+    assert shortfall.index == 0
