@@ -140,9 +140,10 @@ def _read_back(key: Hashable) -> bool:
 
 
 def _run(
-    state: WorkspaceState, trace: Trace, locked: bool
+    state: WorkspaceState, trace: Trace, locked: bool, where: str = "trace"
 ) -> tuple[WorkspaceState, list[Shortfall]]:
-    """Every event of ``trace`` on ``state`` (a planning copy), by the core's transitions.
+    """Every event of ``trace`` (named ``where`` in errors) on ``state`` (a planning copy),
+    by the core's transitions.
 
     Returns:
         The state after the last event, and a shortfall per event that grew a slot (or,
@@ -153,7 +154,8 @@ def _run(
         index = state.index(event.slot)
         before = state.slots[index].capacity
         if event.kind == "acquire":
-            state, _, needed, growth = fit(state, index, event.nbytes, argname=f"events[{i}]")
+            argname = f"{where}.events[{i}]"
+            state, _, needed, growth = fit(state, index, event.nbytes, argname=argname)
         elif event.kind == "retain":
             # A span depends on a request through its byte count alone (``_after_retain``):
             # the same bytes as a uint8 vector plan as the recorded view did.
@@ -194,6 +196,8 @@ def replay(state: WorkspaceState, trace: Trace) -> tuple[Shortfall, ...]:
     Raises:
         TraceTypeError: (``TypeError``) ``state`` is not a state or ``trace`` not a trace.
         TraceMismatchError: (``ValueError``) an event's slot is not one of ``state``'s.
+        InvalidShapeError: (``ValueError``) an event's views need ``2**63`` bytes or more
+            together (a trace built or read so), naming the event.
 
     Example:
         >>> import numpy as np
@@ -235,6 +239,8 @@ def worst_case(*traces: Trace, like: WorkspaceState) -> WorkspaceState:
         TraceTypeError: (``TypeError``) ``like`` is not a state or a trace is not a trace.
         InvalidTraceError: (``ValueError``) no trace was given.
         TraceMismatchError: (``ValueError``) a trace names a slot ``like`` does not have.
+        InvalidShapeError: (``ValueError``) an event's views need ``2**63`` bytes or more
+            together, naming the trace and the event.
         CapacityLimitError: (``RuntimeError``) a slot would need more than ``like``'s
             capacity limit.
 
@@ -260,8 +266,8 @@ def worst_case(*traces: Trace, like: WorkspaceState) -> WorkspaceState:
         like.num_ubatches, like.num_lanes, alignment=like.alignment, growth=like.growth
     )
     needed = [0] * len(empty.slots)
-    for trace in checked:
-        final = _run(empty, trace, locked=False)[0]
+    for i, trace in enumerate(checked):
+        final = _run(empty, trace, locked=False, where=f"traces[{i}]")[0]
         needed = [max(n, s.capacity) for n, s in zip(needed, final.slots, strict=True)]
     base = dataclasses.replace(empty, max_capacity=like.max_capacity)
     slots: list[SlotState] = list(base.slots)

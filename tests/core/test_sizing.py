@@ -325,3 +325,11 @@ def test_a_shortfall_whose_slot_fits_names_the_slots_that_grow_with_it():
     assert shortfall.missing == 0 and shortfall.growth == (((0, 0), 100),)
     for text in (str(shortfall), shortfall._repr_html_()):
         assert "0 B short" not in text and "slot (0, 0) grows with it to 100 B" in text
+
+
+def test_views_of_2_63_bytes_are_refused_naming_the_trace_and_the_event():
+    huge = fws.Trace().acquire((0, 0), ((2**62,), U8), ((2**62,), U8))
+    with pytest.raises(fws.InvalidShapeError, match=r"^trace\.events\[0\]: .*2\*\*63"):
+        fws.replay(fws.initial_state(), huge)
+    with pytest.raises(fws.InvalidShapeError, match=r"^traces\[1\]\.events\[0\]: "):
+        fws.worst_case(fws.Trace(), huge, like=fws.initial_state())
