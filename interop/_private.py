@@ -105,7 +105,8 @@ storage-count and constant-result hooks take their private paths (checked).
 - :func:`below_autograd` and :func:`with_autograd`: whether torch code runs below
   autograd now (JAX called from a custom op's kernel: a ``jax_call`` compiled by
   ``torch.compile`` runs JAX there, and a ``torch_call`` inside it calls torch back), and a
-  context with autograd's dispatch keys back, as an eager caller has them:
+  context with the dispatch an eager caller has (the default one, read on a new thread;
+  autocast and the keys the thread includes kept):
   ``torch._C._dispatch_tls_is_dispatch_key_excluded``, ``_dispatch_tls_local_exclude_set``,
   ``_dispatch_tls_local_include_set`` and ``_ForceDispatchKeyGuard`` (checked on torch 2.13
   and 2.15). Gate: all exist. Fallback: never below (a ``torch_call``'s backward inside a
@@ -120,11 +121,13 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import importlib
 import importlib.abc
 import importlib.machinery
 import os
 import sys
+import threading
 import types
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
@@ -635,6 +638,9 @@ _AUTOGRAD_KEYS: tuple[Any, ...] = tuple(
     getattr(torch._C.DispatchKey, name, None)
     for name in ("AutogradFunctionality", "AutogradOther", "AutogradNestedTensor")
 )
+#: Every dispatch key, and those of autocast.
+_KEYS: tuple[Any, ...] = tuple(getattr(torch._C.DispatchKey, "__members__", {}).values())
+_AUTOCAST_KEYS = tuple(key for key in _KEYS if key.name.startswith("Autocast"))
 _DISPATCH_HOOKS = (
     all(
         hasattr(torch._C, name)
@@ -650,8 +656,10 @@ _DISPATCH_HOOKS = (
 
 
 def below_autograd() -> bool:
-    """Whether torch code run now runs below autograd (in a custom op's kernel), where
-    torch's autograd records nothing, whatever the grad mode says.
+    """Whether torch code run now runs in a custom op's kernel, below the dispatcher's
+    autograd (and what comes before it: views' bookkeeping, conjugation, functorch), where
+    torch's autograd records nothing whatever the grad mode says; not in inference mode,
+    which excludes autograd too (the caller's own mode).
 
     Example:
         >>> below_autograd()
@@ -659,18 +667,42 @@ def below_autograd() -> bool:
     """
     if not _DISPATCH_HOOKS:  # pragma: no cover - depends on the installed torch
         return False
-    return bool(torch._C._dispatch_tls_is_dispatch_key_excluded(_AUTOGRAD_KEYS[0]))
+    return bool(torch._C._dispatch_tls_is_dispatch_key_excluded(_AUTOGRAD_KEYS[0])) and not (
+        torch.is_inference_mode_enabled()
+    )
+
+
+@functools.cache
+def _default_dispatch() -> tuple[Any, Any]:
+    """The dispatch keys a thread includes and excludes when nothing changed them (read on
+    a new thread, whose state is the default)."""
+    found: list[tuple[Any, Any]] = []
+    thread = threading.Thread(
+        target=lambda: found.append(
+            (torch._C._dispatch_tls_local_include_set(), torch._C._dispatch_tls_local_exclude_set())
+        )
+    )
+    thread.start()
+    thread.join()
+    return found[0]
 
 
 def with_autograd() -> contextlib.AbstractContextManager[Any]:
-    """A context with autograd's dispatch keys back, as an eager caller has them (whatever
-    else the thread's dispatch excludes or includes stays as it is)."""
+    """A context with the dispatch an eager caller has (the default one, the keys the
+    thread includes kept, ``torch.autocast`` as it is now): what :func:`below_autograd`
+    finds excluded comes back."""
     if not _DISPATCH_HOOKS:  # pragma: no cover - depends on the installed torch
         return contextlib.nullcontext()
-    excluded = torch._C._dispatch_tls_local_exclude_set()
-    for key in _AUTOGRAD_KEYS:
-        excluded = excluded.remove(key)
-    return torch._C._ForceDispatchKeyGuard(torch._C._dispatch_tls_local_include_set(), excluded)
+    included, excluded = _default_dispatch()
+    current = torch._C._dispatch_tls_local_include_set()
+    for key in _KEYS:  # what the thread includes stays included
+        if current.has(key) and not included.has(key):
+            included = included.add(key)
+    now = torch._C._dispatch_tls_local_exclude_set()
+    for key in _AUTOCAST_KEYS:  # autocast on or off, as it is now
+        if now.has(key) != excluded.has(key):
+            excluded = excluded.add(key) if now.has(key) else excluded.remove(key)
+    return torch._C._ForceDispatchKeyGuard(included, excluded)
 
 
 def dual_level_active() -> bool:

@@ -201,3 +201,37 @@ def test_a_torch_call_inside_a_compiled_jax_call_gives_the_eager_results(backend
     compiled(leaf).sum().backward()
     tanh = torch.tanh(x)
     torch.testing.assert_close(leaf.grad, torch.cos(tanh * 3) * 3 * (1 - tanh**2))
+
+
+def _grad_through_a_written_view(x):
+    """autograd.grad of a function that writes through a view (ADInplaceOrView's work)."""
+    with torch.enable_grad():
+        leaf = x.detach().requires_grad_()
+        y = leaf * 1.0
+        y[:2].mul_(5.0)
+        (grad,) = torch.autograd.grad((y * y).sum(), leaf)
+    return grad
+
+
+def _conjugated(x):
+    """The imaginary part of a conjugate (the Conjugate key's work): -x."""
+    return (torch.complex(x, x).conj() * 1.0).imag.contiguous()
+
+
+def _func_grad(x):
+    """torch.func.grad inside fn (functorch's keys): 3 x**2."""
+    return torch.func.grad(lambda t: (t**3).sum())(x)
+
+
+@pytest.mark.parametrize("fn", [_grad_through_a_written_view, _conjugated, _func_grad])
+def test_a_torch_call_inside_a_compiled_jax_call_runs_fn_as_eager_code_runs(fn):
+    """The compiled op's kernel excludes more than autograd (views' bookkeeping, conjugate
+    and negative bits, functorch): fn runs with the dispatch an eager caller has, so its
+    results are the eager ones (a write through a view was missed: a wrong gradient)."""
+    inner = interop.torch_call(fn, lambda x: x)
+    mid = interop.jax_call(jax.jit(lambda x: jax.lax.stop_gradient(inner(x))))
+    x = torch.linspace(-1, 1, 4)
+    expected = mid(x)
+    torch.testing.assert_close(expected, fn(x))
+    leaf = x.clone().requires_grad_()
+    torch.testing.assert_close(torch.compile(mid, backend="aot_eager")(leaf), expected)
