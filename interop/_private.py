@@ -583,6 +583,8 @@ try:
         torch._C._functorch.peek_interpreter_stack,
     )
     from torch._functorch.pyfunctorch import temporarily_clear_interpreter_stack
+    from torch.overrides import _get_current_function_mode_stack
+    from torch.utils._device import DeviceContext
     from torch.utils._python_dispatch import _disable_current_modes
 except (AttributeError, ImportError):  # pragma: no cover - depends on the installed torch
     _MODE_CHECKS = None
@@ -591,20 +593,29 @@ except (AttributeError, ImportError):  # pragma: no cover - depends on the insta
 def modes_active() -> bool:
     """Whether a torch mode or transform is active now: a ``TorchFunctionMode``, a
     ``TorchDispatchMode`` (``FakeTensorMode`` too) or a ``torch.func`` transform (about
-    0.1 µs; see the module for the hooks).
+    0.1 µs; see the module for the hooks). Not a default device (``with torch.device(...)``,
+    ``torch.set_default_device``): a mode that only fills in the device of factories
+    given none, which changes none of the manager's tensors (each names its device).
 
     Example:
         >>> import torch
         >>> from torch._subclasses.fake_tensor import FakeTensorMode
         >>> with FakeTensorMode():
         ...     inside = modes_active()
-        >>> inside, modes_active()
-        (True, False)
+        >>> with torch.device("cpu"):
+        ...     device = modes_active()
+        >>> inside, device, modes_active()
+        (True, False, False)
     """
     if _MODE_CHECKS is None:  # pragma: no cover - depends on the installed torch
         return False
     function_modes, dispatch_modes, transforms = _MODE_CHECKS
-    return bool(function_modes() or dispatch_modes() or transforms() is not None)
+    if dispatch_modes() or transforms() is not None:
+        return True
+    return bool(function_modes()) and not all(
+        type(mode) is DeviceContext
+        for mode in _get_current_function_mode_stack()  # type: ignore[no-untyped-call]
+    )
 
 
 @contextlib.contextmanager

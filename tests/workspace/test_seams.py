@@ -471,3 +471,24 @@ def test_a_growth_inside_a_torch_func_transform_gives_the_originals_result(trans
     assert ours.state.slots[0].capacity == 4096 and not inconsistencies(ours)
     (view,) = ours.get_simultaneous(((1024,), F32))
     assert type(view) is torch.Tensor and in_slot_buffer(ours, view)
+
+
+@pytest.mark.parametrize("how", ["context", "default"])
+def test_a_default_device_keeps_the_memo(how):
+    """``with torch.device(...)`` and ``torch.set_default_device`` are torch function modes
+    that only fill in factories' devices: requests are memoised under them as without."""
+    from support.seams import memo_of
+
+    ws = interop.WorkspaceManager("cpu")
+    ws.get_simultaneous(((4096,), U8))
+    previous = torch.get_default_device()
+    with contextlib.ExitStack() as stack:
+        if how == "context":
+            stack.enter_context(torch.device("cpu"))
+        else:
+            torch.set_default_device("cpu")
+            stack.callback(torch.set_default_device, previous)
+        for _ in range(2):  # seen twice: memoised
+            (view,) = ws.get_simultaneous(((64,), F32))
+            ws.get_retained("tail", (16,), F32)
+    assert len(memo_of(ws)) == 1 and in_slot_buffer(ws, view)
