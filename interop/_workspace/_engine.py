@@ -59,7 +59,6 @@ consistent (see above).
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import threading
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
@@ -133,14 +132,15 @@ class Engine:
         """Become a copy of a manager whose :meth:`snapshot` was ``(state, buffers)`` (of
         this one's configuration), on a fresh engine: each slot gets a buffer of its own,
         allocated inside ``alloc_context()``, holding a copy of that slot's bytes, and the
-        state is ``state`` (this device's limit kept)."""
+        state is ``state`` (its capacity limit too: the limit of the device it was made
+        for)."""
         with self._alloc_context():
             for index, old in enumerate(buffers):
                 if old is not None and old.numel():
                     allocation = self.buffers.allocate(index, old.numel())
                     allocation.buffer.copy_(old)
                     self.buffers.install(index, allocation)
-        self.state = dataclasses.replace(state, max_capacity=self.state.max_capacity)
+        self.state = state
 
     # ----- installing a state -----
 
