@@ -448,6 +448,13 @@ class NotInitializedError(WorkspaceError, AssertionError):
     reason: ClassVar[str] = "not-initialized"
 
 
+class FactoryNotCallableError(WorkspaceError, TypeError):
+    """``get_persistent_resource``'s key is new and its ``factory`` is not callable (the
+    original's ``TypeError`` from calling it)."""
+
+    reason: ClassVar[str] = "factory-not-callable"
+
+
 class PersistentMismatchError(WorkspaceError, ValueError):
     """A persistent tensor was requested again with another shape or dtype."""
 

@@ -59,6 +59,7 @@ from ._errors import DeletedArrayError as DeletedArrayError
 from ._errors import DeviceNotVisibleError as DeviceNotVisibleError
 from ._errors import DeviceUnavailableError as DeviceUnavailableError
 from ._errors import DroppedGradientWarning as DroppedGradientWarning
+from ._errors import FactoryNotCallableError as FactoryNotCallableError
 from ._errors import FakeTensorError as FakeTensorError
 from ._errors import FunctionNotCallableError as FunctionNotCallableError
 from ._errors import GradientTrackedError as GradientTrackedError
@@ -124,6 +125,7 @@ __all__ = [
     "DeviceNotVisibleError",
     "DeviceUnavailableError",
     "DroppedGradientWarning",
+    "FactoryNotCallableError",
     "FakeTensorError",
     "FunctionNotCallableError",
     "GradientTrackedError",

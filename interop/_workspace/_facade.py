@@ -642,7 +642,8 @@ class WorkspaceManager:
             PersistentKeyLockedError: (``AssertionError``, "was not allocated during
                 warmup") locked and the key is new in this slot.
             InvalidSpecError: (``ValueError``) an unhashable key.
-            TypeError: the key is new and ``factory`` is not callable.
+            FactoryNotCallableError: (``TypeError``) the key is new and ``factory`` is not
+                callable.
 
         Example:
             >>> from interop import WorkspaceManager

@@ -18,7 +18,7 @@ import torch
 import functional_ws as fws
 from functional_ws import Growth, Slot, ViewSpec, WorkspaceState
 
-from .._errors import ReplanLimitError
+from .._errors import FactoryNotCallableError, ReplanLimitError
 from ._engine import MAX_PLANS, Engine
 from ._memo import Memos, memoise, memoise_retained
 from ._persistent import PersistentTables
@@ -151,7 +151,9 @@ class Server:
         if state.locked:  # claimed, but kept by no table (a Ctrl-C came between the two)
             raise fws.PersistentKeyLockedError(key, slot)
         if not callable(factory):
-            raise TypeError(f"factory must be a callable returning the resource, got {factory!r}.")
+            raise FactoryNotCallableError(
+                f"factory must be a callable returning the resource, got {factory!r}."
+            )
         with user_code():  # its requests are the run's: a recording keeps them
             resource = factory()
         self.engine.update(

@@ -3,13 +3,13 @@ is made of.
 
 A request goes into the trace unless the call was refused for its arguments: a malformed
 pair, a dtype that is not torch's, an unhashable key, a lane or ubatch not configured, a
-persistent key holding a tensor of another shape. Such a call is no request the workload
-can make. Every other outcome keeps it: served, refused for want of room (locked, above the
-device's memory, ``try_get_simultaneous`` returning ``None``), or failed on the way (an
-allocator that ran out of memory, whatever it raised; an ``alloc_context`` that swallowed
-the error; an interrupt). Those are requests the workload makes, which sizing must see:
-when in doubt a request is kept (a trace that holds one request too many sizes a workspace
-too large, never too small).
+persistent key holding a tensor of another shape, a factory that is not callable. Such a
+call is no request the workload can make. Every other outcome keeps it: served, refused
+for want of room (locked, above the device's memory, ``try_get_simultaneous`` returning
+``None``), or failed on the way (an allocator that ran out of memory, whatever it raised;
+an ``alloc_context`` that swallowed the error; an interrupt). Those are requests the
+workload makes, which sizing must see: when in doubt a request is kept (a trace that holds
+one request too many sizes a workspace too large, never too small).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import torch
 import functional_ws as fws
 from functional_ws import Slot, TraceEvent
 
-from .._errors import PersistentMismatchError
+from .._errors import FactoryNotCallableError, PersistentMismatchError
 from ._requests import canonical, canonical_shape
 
 #: Refusals of a call for its arguments: the request stays out of the trace.
@@ -31,6 +31,7 @@ FOR_ITS_ARGUMENTS = (
     fws.LaneNotConfiguredError,
     fws.UbatchNotConfiguredError,
     PersistentMismatchError,
+    FactoryNotCallableError,
 )
 
 

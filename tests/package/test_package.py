@@ -65,6 +65,7 @@ INTEROP_ERRORS_NAMES = {
     "LaneNotConfiguredError", "LazyViewError", "MisalignedViewError", "NegativeBitError",
     "InvalidTraceError", "NestedCallError", "NoGradientError", "NotInitializedError",
     "PersistentKeyLockedError", "PersistentMismatchError", "PersistentNotTensorError",
+    "FactoryNotCallableError",
     "ReadOnlyAttributeError",
     "ReplanLimitError", "ResultDeviceError", "ResultDtypeError", "ResultLayoutError",
     "ResultMismatchError",

@@ -156,7 +156,9 @@ def test_calls_refused_for_their_arguments_are_not_in_the_trace():
             ws.get_simultaneous(((8,), F32))
         with pytest.raises(ValueError):
             ws.get_retained(["unhashable"], (8,), F32)
-    assert len(history) == 4 and len(history.trace()) == 0
+        with pytest.raises(TypeError, match="factory must be a callable"):
+            ws.get_persistent_resource("k", 42)
+    assert len(history) == 5 and len(history.trace()) == 0
 
 
 def test_spellings_are_recorded_as_the_manager_serves_them():
