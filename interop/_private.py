@@ -590,6 +590,16 @@ except (AttributeError, ImportError):  # pragma: no cover - depends on the insta
     _MODE_CHECKS = None
 
 
+def _no_mode() -> None:  # pragma: no cover - torch without the checks
+    return None
+
+
+#: The three C checks :func:`modes_active` begins with (function modes, dispatch modes,
+#: transforms), for a caller on the growth path to ask inline: each false (``None`` for
+#: the last) means no mode (``count_growth_calls.py``'s budget counts Python calls).
+MODE_PROBES: tuple[Callable[[], Any], ...] = _MODE_CHECKS or (_no_mode, _no_mode, _no_mode)
+
+
 def modes_active() -> bool:
     """Whether a torch mode or transform is active now: a ``TorchFunctionMode``, a
     ``TorchDispatchMode`` (``FakeTensorMode`` too) or a ``torch.func`` transform (about

@@ -18,9 +18,11 @@ from typing import Any
 
 import torch
 
-from .._private import modes_active, outside_modes
+from .._private import MODE_PROBES, modes_active, outside_modes
 from ._carving import Carver
 from ._providers import Allocation, SlotAllocator
+
+_function_modes, _dispatch_modes, _transforms = MODE_PROBES
 
 
 class SlotBuffers:
@@ -109,7 +111,9 @@ class SlotBuffers:
         """
         if in_use is None:
             in_use = self.others(index) if self.allocator.checks_overlap else ()
-        if modes_active():  # a buffer is a real tensor, whatever the caller's modes
+        # A buffer is a real tensor, whatever the caller's modes; asked inline first (a
+        # growth's call budget, count_growth_calls.py)
+        if (_function_modes() or _dispatch_modes() or _transforms() is not None) and modes_active():
             with outside_modes():
                 return self.allocate(index, nbytes, slot=slot, previous=previous, in_use=in_use)
         return self.allocator.allocate(

@@ -31,11 +31,12 @@ from typing import Any
 
 import torch
 
-from .._private import modes_active, outside_modes
+from .._private import MODE_PROBES, modes_active, outside_modes
 
 _as_strided = torch.as_strided
 _inference_mode_enabled = torch.is_inference_mode_enabled
 _view = torch.Tensor.view
+_function_modes, _dispatch_modes, _transforms = MODE_PROBES
 _UNKNOWN = object()  # an alias not made yet (``None`` is an alias that cannot be made)
 
 
@@ -135,7 +136,8 @@ class Carver:
         first byte, and the itemsize; ``None`` where the buffer's offset in its storage is
         not a multiple of the itemsize (then views are sliced instead). Kept: made as a
         real tensor, whatever the caller's torch modes."""
-        if modes_active():
+        # Asked inline first: a growth's call budget (count_growth_calls.py)
+        if (_function_modes() or _dispatch_modes() or _transforms() is not None) and modes_active():
             with outside_modes():
                 return self._alias(dtype)
         block = self.block
