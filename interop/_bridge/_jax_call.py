@@ -93,7 +93,9 @@ def jax_call(fn: Callable[..., Any]) -> Callable[..., Any]:
     before the backward (or any view of the same buffer: workspace views of one buffer
     share torch's version counter) makes the backward raise torch's usual "modified by an
     inplace operation" ``RuntimeError``, never a gradient from the new bytes. To reuse a
-    workspace region before the backward, pass the call a copy (``view.clone()``).
+    workspace region before the backward, pass the call a copy (``view.clone()``). A view
+    handed out under ``torch.inference_mode()`` is an inference tensor (as the original's
+    are), with no version counter: a write through it goes unseen.
 
     Ordering: once the call returns, torch may overwrite the input regions (the next
     ``get_simultaneous`` hands them out again) without changing the result: every result

@@ -42,6 +42,8 @@ KNOWN_DIFFERENCES = {
     # it made outside inference mode each start a new version counter, so an in-place
     # write through one call's view is invisible to autograd's checks on the next call's
     # view; ours share one counter, as views of any other buffer do (stricter, not looser).
+    # A view handed out in inference mode is an inference tensor in both (no counter: see
+    # test_a_view_handed_out_in_inference_mode_is_an_inference_tensor_as_the_originals).
     "version": lambda alloc, carve, call, use: alloc == "inference" and call != "inference",
 }
 #: allocator -> uses where ours may differ in every mode combination, and why.
@@ -309,3 +311,21 @@ def test_a_view_maker_makes_fresh_views_each_call(count):
     assert [v.dtype for v in first] == dtypes and len(second) == count
     assert [v.data_ptr() for v in first] == [c.data_ptr() for c in carved]
     assert all(a is not b for a, b in zip(first, second, strict=True))
+
+
+def test_a_view_handed_out_in_inference_mode_is_an_inference_tensor_as_the_originals():
+    """The views the manager keeps are carved outside inference mode, but the one a call
+    hands out is made in the caller's mode: an inference tensor there, as the original's
+    (README: a write through it is unseen by autograd's version check)."""
+    from interop.testing import ReferenceWorkspaceManager
+
+    ours, theirs = manager(), ReferenceWorkspaceManager(DEVICE)
+    for ws in (ours, theirs):
+        ws.get_simultaneous(((64,), torch.float32))
+    with torch.inference_mode():
+        for _ in range(2):  # a first sighting, then memoised
+            (mine,) = ours.get_simultaneous(((16,), torch.float32))
+            (original,) = theirs.get_simultaneous(((16,), torch.float32))
+            assert mine.is_inference() and original.is_inference()
+    (outside,) = ours.get_simultaneous(((16,), torch.float32))
+    assert not outside.is_inference()
