@@ -108,7 +108,8 @@ def to_jax(tensor: torch.Tensor, *, stream: Stream | None = None) -> jax.Array:
         TypeError: ``tensor`` is not a ``torch.Tensor``.
         X64DisabledError: (a ``TypeError``) 64-bit dtype while JAX's x64 mode is off.
         UnsupportedDtypeError: (a ``TypeError``) a dtype JAX cannot import.
-        UnsupportedLayoutError: (a ``ValueError``) step/column slice, ``expand()``, sparse.
+        UnsupportedLayoutError: (a ``ValueError``) step/column slice, ``expand()``, sparse,
+            nested.
         MisalignedViewError: (a ``ValueError``) on CPU, an address not 64-byte aligned.
         DeviceNotVisibleError: (a ``ValueError``) a device this process's JAX cannot see.
         ConjugateBitError: (a ``LazyViewError``, ``ValueError``) torch's conjugate bit is set.
@@ -134,9 +135,15 @@ def to_jax(tensor: torch.Tensor, *, stream: Stream | None = None) -> jax.Array:
     dtype = tensor.dtype
     if dtype not in SHARED_DTYPES:
         check_wide_dtype(dtype)
-    target = _dlpack.target_for(tensor)
-    if tensor.requires_grad or tensor.is_conj() or tensor.is_neg() or tensor.layout != _STRIDED:
+    if (
+        tensor.requires_grad
+        or tensor.is_conj()
+        or tensor.is_neg()
+        or tensor.layout != _STRIDED
+        or tensor.is_nested
+    ):
         _refuse_flags(tensor)
+    target = _dlpack.target_for(tensor)
     if stream is not None:
         stream = checked_stream(stream, tensor.device, "to_jax", "tensor")
     if (
@@ -176,6 +183,11 @@ def check_wide_dtype(dtype: torch.dtype) -> None:
 
 
 def _refuse_flags(tensor: torch.Tensor) -> None:
+    if tensor.is_nested:
+        raise UnsupportedLayoutError(
+            "to_jax: a nested tensor has no single dense buffer JAX could alias; DLPack "
+            "carries strided tensors only. Call .to_padded_tensor(0) first (a copy)."
+        )
     if tensor.layout != _STRIDED:
         raise UnsupportedLayoutError(
             f"to_jax: a {tensor.layout} tensor has no dense buffer JAX could alias; "

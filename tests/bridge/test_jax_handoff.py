@@ -113,6 +113,8 @@ REFUSED = [
     ("expand", lambda: _aligned(8).reshape(1, 8).expand(4, 8), Layout, ValueError, "strides"),
     ("sparse-coo", lambda: torch.eye(3).to_sparse(), Layout, ValueError, "sparse_coo"),
     ("sparse-csr", lambda: torch.eye(3).to_sparse_csr(), Layout, ValueError, "sparse_csr"),
+    ("nested", lambda: torch.nested.nested_tensor([torch.ones(2), torch.ones(3)]), Layout,
+     ValueError, "nested tensor"),
     ("misaligned-cpu", lambda: _aligned()[4:], Aligned, ValueError, "not aligned"),
     ("meta-device", lambda: torch.empty(4, device="meta"), Device, ValueError, "'meta'"),
     ("conjugate-bit", lambda: torch.ones(4, dtype=torch.complex64).conj(), Conj, ValueError,
