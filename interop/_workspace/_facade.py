@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import copy
 import os
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from functools import partial
 from typing import Any, Literal, TypeVar
@@ -62,6 +62,8 @@ from ._serving import Server
 from ._stats import WorkspaceStats, collect
 
 _MB = 1024 * 1024
+#: What the hot paths' memo tables are while a recording runs (:meth:`WorkspaceManager._route`).
+_NOT_SERVED: tuple[()] = ()
 T = TypeVar("T")
 
 
@@ -161,12 +163,13 @@ class WorkspaceManager:
         buffers = SlotBuffers(self._device, count, state.alignment, self._allocator)
         self._engine = Engine(state, buffers, self._memos, alloc_context)
         # What the hot paths look up, bound once: memos by [ubatch][lane], resource tables.
-        self._acquired_at = self._memos.acquired_at
-        self._retained_at = self._memos.retained_at
+        self._acquired_at: Sequence[list[Memo]] = self._memos.acquired_at
+        self._retained_at: Sequence[list[Memo]] = self._memos.retained_at
         self._persistent = PersistentTables(count)
-        self._tables = self._persistent.tables
+        self._tables: Sequence[dict[Hashable, Any]] = self._persistent.tables
         self._server = Server(self._engine, self._memos, self._persistent)
         self._recorder = Recorder(current_slot)
+        self._recorder.handles.add(self)
         #: What a copy is made with (:meth:`__reduce__`).
         self._config = {
             "num_ubatches": state.num_ubatches,
@@ -282,10 +285,6 @@ class WorkspaceManager:
             CapacityLimitError: (``RuntimeError``) more bytes than the device has.
             GrowthDuringCaptureError: (``RuntimeError``) growth during CUDA graph capture.
         """
-        recorder = self._recorder  # a recording runs: recorded (_recording.py)
-        if recorder.active and recorder.outermost():
-            method = partial(WorkspaceManager.get_simultaneous, self)
-            return recorder.call(self, "get_simultaneous", method, shapes_and_dtypes, {})  # type: ignore[no-any-return]
         ubatch, lane = SLOT.get()
         if ubatch is None:
             ubatch = 0 if _context.provider is None else provided_ubatch()
@@ -305,7 +304,7 @@ class WorkspaceManager:
             # rows): planned from its byte counts, carved, nothing kept.
             views = self._engine.fit_and_carve(memo.index, nbytes, shapes_and_dtypes)
             if memo.dead:  # this call grew the slot: its memo was replaced
-                memo = self._acquired_at[ubatch][lane]
+                memo = self._memos.acquired_at[ubatch][lane]
             memo.last = ((ubatch, lane), shapes_and_dtypes)  # what the pictures draw
             if len(views) == 1:  # fresh(), unrolled
                 return [views[0].view(shapes_and_dtypes[0][1])]
@@ -376,7 +375,17 @@ class WorkspaceManager:
     def _acquire(self, specs: tuple[Any, ...], slot: tuple[int, int]) -> list[torch.Tensor]:
         """A request not in its plain form: served as its canonical form (lists,
         ``torch.Size``, NumPy ints), or, when it has none, by the core, which explains what
-        is wrong with it (a slot not configured included)."""
+        is wrong with it (a slot not configured included). And every request while a
+        recording runs (:meth:`_route`), recorded here."""
+        recorder = self._recorder
+        if recorder.active and recorder.outermost():  # in the slot found (read once)
+
+            def served(*pairs: Any) -> list[torch.Tensor]:
+                return WorkspaceManager._acquire(self, pairs, slot)
+
+            return recorder.call(self, "get_simultaneous", served, specs, {})  # type: ignore[no-any-return]
+        if self._acquired_at is _NOT_SERVED and not recorder.active:
+            self._route(False)  # a recording's end, interrupted, left them routed here
         canon = canonical(specs)
         if canon is not specs:
             return self.get_simultaneous(*canon)
@@ -415,10 +424,6 @@ class WorkspaceManager:
             >>> intact, ws.get_retained("kv", (16,), torch.float32)[1]
             (False, True)
         """
-        recorder = self._recorder  # a recording runs: recorded (_recording.py)
-        if recorder.active and recorder.outermost():
-            method = partial(WorkspaceManager.get_retained, self)
-            return recorder.call(self, "get_retained", method, (key, shape, dtype), {})  # type: ignore[no-any-return]
         ubatch, lane = SLOT.get()  # the slot lookup of get_simultaneous, inlined likewise
         if ubatch is None:
             ubatch = 0 if _context.provider is None else provided_ubatch()
@@ -446,10 +451,26 @@ class WorkspaceManager:
     def _retain(
         self, key: Hashable, shape: tuple[int, ...], dtype: torch.dtype
     ) -> tuple[torch.Tensor, bool]:
+        recorder = self._recorder  # every request while a recording runs (_route)
+        if recorder.active and recorder.outermost():
+            method = partial(WorkspaceManager._retain, self)
+            return recorder.call(self, "get_retained", method, (key, shape, dtype), {})  # type: ignore[no-any-return]
+        if self._retained_at is _NOT_SERVED and not recorder.active:
+            self._route(False)  # a recording's end, interrupted, left them routed here
         canon = canonical_shape(shape)
         if canon is not shape:  # spelled otherwise: served as its canonical spelling
             return self.get_retained(key, canon, dtype)
         return self._server.retain(key, shape, dtype, current_slot())
+
+    def _route(self, recording: bool) -> None:
+        """While a recording runs, the hot paths find no memo (their tables are swapped for
+        an empty one), so that every ``get_simultaneous`` and ``get_retained`` takes the
+        slow path, which records it (:meth:`_acquire`, :meth:`_retain`); a manager not
+        recording asks nothing (``bench_hot_path``'s repeat rows). The recorder calls this
+        for every handle on the manager (a ``copy.copy`` included)."""
+        self._acquired_at = _NOT_SERVED if recording else self._memos.acquired_at
+        self._retained_at = _NOT_SERVED if recording else self._memos.retained_at
+        self._tables = _NOT_SERVED if recording else self._persistent.tables
 
     def _slot_buffer(self, slot: tuple[int, int]) -> torch.Tensor | None:
         """The aligned ``uint8`` buffer of ``slot`` (for tests and debugging)."""
@@ -652,19 +673,21 @@ class WorkspaceManager:
             >>> ws.get_persistent_resource("table", dict) is table
             True
         """
-        recorder = self._recorder  # a recording runs: recorded (_recording.py)
-        if recorder.active and recorder.outermost():
-            method = partial(WorkspaceManager.get_persistent_resource, self)
-            return recorder.call(self, "get_persistent_resource", method, (key, factory), {})  # type: ignore[no-any-return]
         index = _context.current_index(self._num_ubatches, self._num_lanes)
         if index >= 0:
-            try:
+            try:  # (while a recording runs, the tables are empty: _route)
                 return self._tables[index][key]  # type: ignore[no-any-return]
-            except (KeyError, TypeError):
+            except (KeyError, TypeError, IndexError):
                 pass
         return self._create_resource(key, factory)
 
     def _create_resource(self, key: Hashable, factory: Callable[[], T]) -> T:
+        recorder = self._recorder  # every request while a recording runs (_route)
+        if recorder.active and recorder.outermost():
+            method = partial(WorkspaceManager._create_resource, self)
+            return recorder.call(self, "get_persistent_resource", method, (key, factory), {})  # type: ignore[no-any-return]
+        if self._tables is _NOT_SERVED and not recorder.active:
+            self._route(False)  # a recording's end, interrupted, left them routed here
         return self._server.create_resource(current_slot(), key, factory)
 
     def get_persistent(
@@ -702,16 +725,11 @@ class WorkspaceManager:
             >>> scales.tolist(), ws.get_persistent("scales", (4,), torch.float32) is scales
             ([0.0, 0.0, 0.0, 0.0], True)
         """
-        recorder = self._recorder  # a recording runs: recorded (_recording.py)
-        if recorder.active and recorder.outermost():
-            method = partial(WorkspaceManager.get_persistent, self)
-            kwargs = {"zero_init": zero_init} if zero_init is not False else {}  # as called
-            return recorder.call(self, "get_persistent", method, (key, shape, dtype), kwargs)  # type: ignore[no-any-return]
         index = _context.current_index(self._num_ubatches, self._num_lanes)
         if index >= 0:
-            try:
+            try:  # (while a recording runs, the tables are empty: _route)
                 tensor = self._tables[index].get((torch.Tensor, key))
-            except TypeError:
+            except (TypeError, IndexError):
                 tensor = None
             if (
                 type(tensor) is torch.Tensor
@@ -721,6 +739,11 @@ class WorkspaceManager:
                 and plain_shape(shape)
             ):
                 return tensor
+        recorder = self._recorder  # every request while a recording runs (_route)
+        if recorder.active and recorder.outermost():
+            method = partial(WorkspaceManager.get_persistent, self)
+            kwargs = {"zero_init": zero_init} if zero_init is not False else {}  # as called
+            return recorder.call(self, "get_persistent", method, (key, shape, dtype), kwargs)  # type: ignore[no-any-return]
         shape = canonical_shape(shape)
         check_torch_dtypes(((shape, dtype),), "dtype")
         spec = ViewSpec.of(shape, dtype, "persistent")
@@ -806,7 +829,7 @@ class WorkspaceManager:
         allocator and ``alloc_context`` go by reference (pickle needs them importable);
         the memo and a recording running are not kept."""
         state, buffers = self._engine.snapshot()
-        tables = [dict(table) for table in self._tables]
+        tables = [dict(table) for table in self._persistent.tables]
         return (_rebuild, (self._device, self._config, state, buffers, tables))
 
     def __deepcopy__(self, memo: dict[int, Any]) -> WorkspaceManager:
@@ -816,7 +839,7 @@ class WorkspaceManager:
         state, buffers = self._engine.snapshot()
         tables = [
             {key: copy.deepcopy(resource, memo) for key, resource in table.items()}
-            for table in self._tables
+            for table in self._persistent.tables
         ]
         copied = _rebuild(self._device, self._config, state, buffers, tables)
         memo[id(self)] = copied
@@ -827,6 +850,7 @@ class WorkspaceManager:
         shared, as the original's shallow copy shares its lists and dicts)."""
         shallow = object.__new__(type(self))
         vars(shallow).update(vars(self))
+        self._recorder.handles.add(shallow)
         return shallow
 
 
@@ -841,6 +865,6 @@ def _rebuild(
     persistent tables were these (each slot's bytes copied into a buffer of its own)."""
     manager = WorkspaceManager(device, **config)
     manager._engine.adopt(state, buffers)
-    for table, kept in zip(manager._tables, tables, strict=True):
+    for table, kept in zip(manager._persistent.tables, tables, strict=True):
         table.update(kept)
     return manager

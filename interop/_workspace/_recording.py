@@ -1,9 +1,11 @@
 """Recording a manager's calls: ``WorkspaceManager.recording()``.
 
-Each recorded public method asks, first thing, whether a recording is on: whether its
-:class:`Recorder` (which every handle on the manager shares, a ``copy.copy`` included) has
-an active history. The hot ones (``get_simultaneous``, ``get_retained``,
-``get_persistent``, ``get_persistent_resource``) ask inline; the others are wrapped by
+Each recorded public method asks whether a recording is on: whether its :class:`Recorder`
+(which every handle on the manager shares, a ``copy.copy`` included) has an active
+history. ``get_simultaneous`` and ``get_retained`` ask in their slow paths, which every
+call takes while a recording runs (the recorder swaps their memo tables for an empty one:
+``WorkspaceManager._route``), so a manager not recording asks nothing on their hot paths;
+``get_persistent`` and ``get_persistent_resource`` ask inline; the others are wrapped by
 :func:`recorded`. The question is asked by the class's
 own methods, so every way of calling one is recorded: through the instance, through a
 method bound before the recording began (a layer that keeps ``ws.get_simultaneous``), or
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import threading
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -86,6 +89,9 @@ class Recorder:
 
     def __init__(self, current_slot: Callable[[], Slot]) -> None:
         self.active: dict[int, History] = {}
+        #: The handles on the manager (it and its shallow copies), whose hot paths a
+        #: recording routes to the slow paths that record (``WorkspaceManager._route``).
+        self.handles: weakref.WeakSet[Any] = weakref.WeakSet()
         self._current_slot = current_slot
         self._lock = threading.Lock()
         renew_after_fork(self, "_lock")  # a fork while another thread holds it
@@ -103,10 +109,17 @@ class Recorder:
         with self._lock:
             self.active[id(history)] = history
         try:
+            self._route(True)
             yield history
         finally:
             with self._lock:
                 del self.active[id(history)]
+                if not self.active:  # (interrupted in the loop: the slow path heals it)
+                    self._route(False)
+
+    def _route(self, recording: bool) -> None:
+        for handle in list(self.handles):
+            handle._route(recording)
 
     def outermost(self) -> bool:
         """Whether a public call starting now is one to record: not one the manager makes

@@ -124,3 +124,12 @@ def test_a_recording_sees_calls_through_a_shallow_copy():
     with ws.recording() as history:
         handle.get_simultaneous(((8,), F32))
     assert len(history.trace()) == 1
+
+
+def test_a_copy_made_during_a_recording_keeps_everything():
+    ws = _used()
+    with ws.recording() as history:
+        ws.get_simultaneous(((8,), F32))
+        twin = copy.deepcopy(ws)
+    assert twin.get_persistent_resource("table", dict) == {"rows": [1, 2]}
+    assert len(history.trace()) == 1

@@ -250,6 +250,12 @@ def test_an_interrupted_recording_leaves_nothing_behind():
     for ws, at in _sweep(lambda: _warm(interop.WorkspaceManager("cpu"), SMALL), record):
         assert _recording._stack() == [], f"at {at}: a recorder left on the thread's stack"
         assert not ws._recorder.active, f"at {at}: a history kept"
+        ws.get_simultaneous(*SMALL)  # a request after it finds its memo again
+        ws.get_persistent_resource("r", dict)
+        assert ws._acquired_at is ws._memos.acquired_at, f"at {at}: still routed"
+        assert ws._tables is ws._persistent.tables, f"at {at}: still routed"
         with ws.recording() as history:
             ws.get_simultaneous(*SMALL)
-        assert len(history.trace()) == 1, f"at {at}: the next call was not recorded"
+            ws.get_retained("tail", (8,), F32)
+            ws.get_persistent_resource("r", dict)
+        assert len(history.trace()) == 3, f"at {at}: the next calls were not recorded"

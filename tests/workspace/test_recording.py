@@ -202,3 +202,22 @@ def test_an_override_calling_its_base_runs_once_and_is_recorded_once():
         ws.get_simultaneous(((8,), torch.float32))
     assert len(runs) == 1
     assert [r.call for r in history[1:]] == ["get_simultaneous(((8,), float32))"]
+
+
+def test_hits_are_recorded_and_a_manager_not_recording_asks_nothing_on_its_hot_paths():
+    """While a recording runs, the hot paths' tables are empty, so each call takes the slow
+    path that records it; after it, the hot paths read the memo and tables directly."""
+    ws = WorkspaceManager("cpu")
+    ws.get_simultaneous(((1024,), torch.float32))  # room for the span past the request
+    for _ in range(3):  # memoised: hits
+        ws.get_simultaneous(((8,), torch.float32))
+        ws.get_retained("k", (4,), torch.float32)
+        ws.get_persistent("p", (2,), torch.float32)
+    with ws.recording() as history:
+        ws.get_simultaneous(((8,), torch.float32))
+        _, intact = ws.get_retained("k", (4,), torch.float32)
+        ws.get_persistent("p", (2,), torch.float32)
+    assert intact and [e.kind for e in history.trace()] == ["acquire", "retain", "claim"]
+    assert ws._acquired_at is ws._memos.acquired_at
+    assert ws._retained_at is ws._memos.retained_at
+    assert ws._tables is ws._persistent.tables
