@@ -494,8 +494,8 @@ PUBLIC_ERRORS: tuple[type[Exception], ...] = (
     AllocationNotStridedError, AllocationStorageOffsetError,
     AllocationNegativeBitError, AllocationOverlapError,
     UnknownDeviceError, DeviceUnavailableError, GrowthDuringCaptureError, ReplanLimitError,
-    AllocationSuppressedError, NotInitializedError, PersistentMismatchError,
-    PersistentNotTensorError,
+    AllocationSuppressedError, NotInitializedError, FactoryNotCallableError,
+    PersistentMismatchError, PersistentNotTensorError,
     ReadOnlyAttributeError,
 )  # fmt: skip
 

@@ -84,6 +84,7 @@ OTHER_BASES = {
     interop.errors.NotInitializedError: AssertionError,
     interop.errors.PersistentMismatchError: ValueError,
     interop.errors.PersistentNotTensorError: AttributeError,  # and ValueError
+    interop.errors.FactoryNotCallableError: TypeError,
     interop.errors.ReadOnlyAttributeError: AttributeError,
 }
 # Precise classes under the public ones callers already catch.
