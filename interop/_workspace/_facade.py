@@ -169,7 +169,7 @@ class WorkspaceManager:
         self._tables: Sequence[dict[Hashable, Any]] = self._persistent.tables
         self._server = Server(self._engine, self._memos, self._persistent)
         self._recorder = Recorder(current_slot)
-        self._recorder.handles.add(self)
+        self._recorder.adopt(self)
         #: What a copy is made with (:meth:`__reduce__`).
         self._config = {
             "num_ubatches": state.num_ubatches,
@@ -385,7 +385,7 @@ class WorkspaceManager:
 
             return recorder.call(self, "get_simultaneous", served, specs, {})  # type: ignore[no-any-return]
         if self._acquired_at is _NOT_SERVED and not recorder.active:
-            self._route(False)  # a recording's end, interrupted, left them routed here
+            recorder.heal(self)  # a recording's end, interrupted, left them routed here
         canon = canonical(specs)
         if canon is not specs:
             return self.get_simultaneous(*canon)
@@ -456,7 +456,7 @@ class WorkspaceManager:
             method = partial(WorkspaceManager._retain, self)
             return recorder.call(self, "get_retained", method, (key, shape, dtype), {})  # type: ignore[no-any-return]
         if self._retained_at is _NOT_SERVED and not recorder.active:
-            self._route(False)  # a recording's end, interrupted, left them routed here
+            recorder.heal(self)  # a recording's end, interrupted, left them routed here
         canon = canonical_shape(shape)
         if canon is not shape:  # spelled otherwise: served as its canonical spelling
             return self.get_retained(key, canon, dtype)
@@ -687,7 +687,7 @@ class WorkspaceManager:
             method = partial(WorkspaceManager._create_resource, self)
             return recorder.call(self, "get_persistent_resource", method, (key, factory), {})  # type: ignore[no-any-return]
         if self._tables is _NOT_SERVED and not recorder.active:
-            self._route(False)  # a recording's end, interrupted, left them routed here
+            recorder.heal(self)  # a recording's end, interrupted, left them routed here
         return self._server.create_resource(current_slot(), key, factory)
 
     def get_persistent(
@@ -824,25 +824,36 @@ class WorkspaceManager:
     # ----- copies -----
 
     def __reduce__(self) -> tuple[Any, ...]:
-        """Pickling: a manager of the same configuration holding this one's state, bytes and
-        persistent resources (the original's tensors and dicts pickle likewise). The
-        allocator and ``alloc_context`` go by reference (pickle needs them importable);
-        the memo and a recording running are not kept."""
+        """Pickling: a manager of the same class and configuration holding this one's state,
+        bytes and persistent resources, and a subclass's own attributes (the original's
+        tensors, dicts and attributes pickle likewise). The allocator and ``alloc_context``
+        go by reference (pickle needs them importable); the memo and a recording running
+        are not kept."""
         state, buffers = self._engine.snapshot()
         tables = [dict(table) for table in self._persistent.tables]
-        return (_rebuild, (self._device, self._config, state, buffers, tables))
+        return (
+            _rebuild,
+            (type(self), self._device, self._config, state, buffers, tables, self._extras()),
+        )
 
-    def __deepcopy__(self, memo: dict[int, Any]) -> WorkspaceManager:
+    def __deepcopy__(self, memo: dict[Any, Any]) -> WorkspaceManager:
         """``copy.deepcopy`` (of a model holding the manager, say): an independent manager
-        as :meth:`__reduce__` describes, its persistent resources deep-copied with the rest
-        (views handed out before are copied as tensors of their own, not of its buffers)."""
+        as :meth:`__reduce__` describes, its persistent resources and a subclass's own
+        attributes deep-copied with the rest, in the same memo (a resource that refers to
+        the manager refers to the copy; handles on one manager copy to handles on one
+        copy). Views handed out before are copied as tensors of their own."""
+        engine_key = (_COPY_OF, id(self._engine))  # one copy per manager, whatever the handle
+        twin = memo.get(engine_key)
+        if twin is not None:
+            handle = twin.__copy__()
+            memo[id(self)] = handle
+            return handle  # type: ignore[no-any-return]
         state, buffers = self._engine.snapshot()
-        tables = [
-            {key: copy.deepcopy(resource, memo) for key, resource in table.items()}
-            for table in self._persistent.tables
-        ]
-        copied = _rebuild(self._device, self._config, state, buffers, tables)
-        memo[id(self)] = copied
+        copied = _rebuild(type(self), self._device, self._config, state, buffers, None, {})
+        memo[id(self)] = memo[engine_key] = copied  # before what may refer back to it
+        for table, kept in zip(copied._persistent.tables, self._persistent.tables, strict=True):
+            table.update({key: copy.deepcopy(resource, memo) for key, resource in kept.items()})
+        vars(copied).update(copy.deepcopy(self._extras(), memo))
         return copied
 
     def __copy__(self) -> WorkspaceManager:
@@ -850,21 +861,44 @@ class WorkspaceManager:
         shared, as the original's shallow copy shares its lists and dicts)."""
         shallow = object.__new__(type(self))
         vars(shallow).update(vars(self))
-        self._recorder.handles.add(shallow)
+        self._recorder.adopt(shallow)  # routed as this one is, whatever runs meanwhile
         return shallow
+
+    def _extras(self) -> dict[str, Any]:
+        """The attributes a subclass set, beside the manager's own."""
+        return {name: value for name, value in vars(self).items() if name not in _OWN}
+
+
+#: A deep copy's memo key for the copy of a manager (by its engine: every handle's).
+_COPY_OF = object()
+#: The attributes ``WorkspaceManager.__init__`` sets (``tests/workspace/test_copies.py``
+#: checks them against a new manager's).
+_OWN = frozenset(
+    {
+        "_device", "_num_ubatches", "_num_lanes", "_allocator", "_memos", "_engine",
+        "_acquired_at", "_retained_at", "_persistent", "_tables", "_server", "_recorder",
+        "_config",
+    }
+)  # fmt: skip
 
 
 def _rebuild(
+    cls: type[WorkspaceManager],
     device: torch.device,
     config: dict[str, Any],
     state: WorkspaceState,
     buffers: list[torch.Tensor | None],
-    tables: list[dict[Hashable, Any]],
+    tables: list[dict[Hashable, Any]] | None,
+    extras: dict[str, Any],
 ) -> WorkspaceManager:
-    """A manager of ``config`` on ``device`` that is a copy of one whose state, buffers and
-    persistent tables were these (each slot's bytes copied into a buffer of its own)."""
-    manager = WorkspaceManager(device, **config)
+    """A manager of class ``cls`` and ``config`` on ``device`` that is a copy of one whose
+    state, buffers, persistent tables (``None``: none yet) and a subclass's attributes were
+    these (each slot's bytes copied into a buffer of its own). A subclass's ``__init__``
+    is not called, as unpickling calls none."""
+    manager = object.__new__(cls)
+    WorkspaceManager.__init__(manager, device, **config)
     manager._engine.adopt(state, buffers)
-    for table, kept in zip(manager._persistent.tables, tables, strict=True):
+    for table, kept in zip(manager._persistent.tables, tables or (), strict=False):
         table.update(kept)
+    vars(manager).update(extras)
     return manager

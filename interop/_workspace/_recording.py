@@ -89,9 +89,10 @@ class Recorder:
 
     def __init__(self, current_slot: Callable[[], Slot]) -> None:
         self.active: dict[int, History] = {}
-        #: The handles on the manager (it and its shallow copies), whose hot paths a
-        #: recording routes to the slow paths that record (``WorkspaceManager._route``).
-        self.handles: weakref.WeakSet[Any] = weakref.WeakSet()
+        #: The handles on the manager (it and its shallow copies) by identity (a subclass may
+        #: define ``__eq__``), whose hot paths a recording routes to the slow paths that
+        #: record (``WorkspaceManager._route``); held weakly.
+        self._handles: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
         self._current_slot = current_slot
         self._lock = threading.Lock()
         renew_after_fork(self, "_lock")  # a fork while another thread holds it
@@ -106,20 +107,35 @@ class Recorder:
         history = History([Record("start", self._current_slot(), manager.state)])
         # Each bookkeeping step is one C call, with no point between where a Ctrl-C is
         # delivered (a Python call or a loop): an interrupted block leaves nothing behind.
-        with self._lock:
-            self.active[id(history)] = history
         try:
-            self._route(True)
+            with self._lock:  # (the handles are routed under it: see adopt, heal)
+                self.active[id(history)] = history
+                self._route(True)
             yield history
         finally:
             with self._lock:
-                del self.active[id(history)]
+                self.active.pop(id(history), None)
                 if not self.active:  # (interrupted in the loop: the slow path heals it)
                     self._route(False)
 
     def _route(self, recording: bool) -> None:
-        for handle in list(self.handles):
+        for handle in list(self._handles.values()):
             handle._route(recording)
+
+    def adopt(self, handle: Any) -> None:
+        """Count ``handle`` (the manager, or a shallow copy of it) among those a recording
+        routes, routed as the others are now."""
+        with self._lock:
+            self._handles[id(handle)] = handle
+            handle._route(bool(self.active))
+
+    def heal(self, handle: Any) -> None:
+        """Route ``handle`` back to its hot paths if no recording runs (a recording's end,
+        interrupted, left it routed); under the lock, so a recording starting meanwhile
+        keeps it routed."""
+        with self._lock:
+            if not self.active:
+                handle._route(False)
 
     def outermost(self) -> bool:
         """Whether a public call starting now is one to record: not one the manager makes

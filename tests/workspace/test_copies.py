@@ -133,3 +133,72 @@ def test_a_copy_made_during_a_recording_keeps_everything():
         twin = copy.deepcopy(ws)
     assert twin.get_persistent_resource("table", dict) == {"rows": [1, 2]}
     assert len(history.trace()) == 1
+
+
+def test_own_attributes_are_those_a_new_manager_has():
+    from interop._workspace._facade import _OWN
+
+    assert set(vars(interop.WorkspaceManager("cpu"))) == _OWN
+
+
+class _Kernel:
+    """A persistent resource that refers back to the manager (a kernel wrapper)."""
+
+    def __init__(self, ws: interop.WorkspaceManager) -> None:
+        self.ws = ws
+
+
+def test_a_resource_referring_to_the_manager_refers_to_the_copy():
+    ws = interop.WorkspaceManager("cpu")
+    kernel = ws.get_persistent_resource("kernel", lambda: _Kernel(ws))
+    twin = copy.deepcopy(ws)
+    assert twin.get_persistent_resource("kernel", dict).ws is twin
+    model = {"ws": ws, "kernel": kernel}
+    ema = copy.deepcopy(model)
+    assert ema["kernel"].ws is ema["ws"]
+    assert ema["ws"].get_persistent_resource("kernel", dict) is ema["kernel"]
+
+
+class _Tagged(interop.WorkspaceManager):
+    """A subclass with an attribute of its own and an override."""
+
+    def __init__(self, device: str, tag: str) -> None:
+        super().__init__(device)
+        self.tag = tag
+
+    def get_simultaneous(self, *specs):
+        return super().get_simultaneous(*specs)
+
+
+@pytest.mark.parametrize("make_copy", list(COPIES.values()), ids=list(COPIES))
+def test_a_subclass_copies_to_its_own_class_with_its_attributes(make_copy):
+    ws = _Tagged("cpu", tag=["mine"])
+    ws.get_simultaneous(((10,), F32))
+    twin = make_copy(ws)
+    assert type(twin) is _Tagged and twin.tag == ["mine"] and twin.tag is not ws.tag
+    assert twin.state == ws.state
+
+
+def test_handles_on_one_manager_deep_copy_to_handles_on_one_copy():
+    ws = _used()
+    first, second = copy.deepcopy([ws, copy.copy(ws)])
+    assert first is not second
+    first.get_simultaneous(((100_000,), F32))  # a growth through one is the other's too
+    (a,), (b,) = first.get_simultaneous(((8,), F32)), second.get_simultaneous(((8,), F32))
+    assert a.data_ptr() == b.data_ptr() and ws.state.capacity((0, 0)) < 400_000
+
+
+def test_a_subclass_comparing_equal_to_its_copies_is_recorded_through_each():
+    class Equal(interop.WorkspaceManager):
+        def __eq__(self, other: object) -> bool:
+            return isinstance(other, Equal)
+
+        __hash__ = None  # type: ignore[assignment]
+
+    ws = Equal("cpu")
+    handle = copy.copy(ws)
+    with ws.recording() as history:
+        late = copy.copy(ws)  # made while the recording runs
+        for each in (ws, handle, late):
+            each.get_simultaneous(((10,), F32))
+    assert len(history.trace()) == 3
