@@ -67,7 +67,7 @@ from .._errors import (
     AllocationStorageOffsetError,
     AllocatorError,
 )
-from .._private import outside_modes
+from .._private import modes_active, outside_modes
 
 #: A user allocator: ``allocator(nbytes, device)`` returns a 1-D ``uint8`` tensor of at least
 #: ``nbytes`` bytes on ``device``.
@@ -119,9 +119,12 @@ class Allocation:
         buffer = self._buffer
         if buffer is None:
             block, start, nbytes = self.block, self.start, self.nbytes
-            exact = start == 0 and block.numel() == nbytes
-            with outside_modes():  # kept: a real tensor, whatever the caller's modes
-                buffer = self._buffer = block if exact else block[start : start + nbytes]
+            if not (start == 0 and block.numel() == nbytes):
+                if modes_active():  # kept: a real tensor, whatever the caller's modes
+                    with outside_modes():
+                        return self.buffer
+                block = block[start : start + nbytes]
+            buffer = self._buffer = block
         return buffer
 
     def __repr__(self) -> str:
