@@ -436,6 +436,9 @@ def test_what_a_mode_returns_inside_it_is_not_handed_out_after_it(mode):
             ws.get_simultaneous(((64,), F32))
             ws.get_retained("tail", (16,), F32)
         ws.get_persistent("q", (4,), F32)
+        _ = ws._current_workspaces  # upstream's attribute: the buffer, sliced once and kept
+    (buffer,) = ws._current_workspaces
+    assert type(buffer) is torch.Tensor and buffer.untyped_storage().nbytes() >= 4096
     (seen,) = ws.get_simultaneous(((64,), F32))
     (new,) = ws.get_simultaneous(((32,), F32))
     tail, intact = ws.get_retained("tail", (16,), F32)
