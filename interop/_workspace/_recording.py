@@ -5,11 +5,11 @@ Each recorded public method asks whether a recording is on: whether its :class:`
 history. ``get_simultaneous`` and ``get_retained`` ask in their slow paths, which every
 call takes while a recording runs (the recorder swaps their memo tables for an empty one:
 ``WorkspaceManager._route``), so a manager not recording asks nothing on their hot paths;
-``get_persistent`` and ``get_persistent_resource`` ask inline; the others are wrapped by
-:func:`recorded`. The question is asked by the class's
-own methods, so every way of calling one is recorded: through the instance, through a
-method bound before the recording began (a layer that keeps ``ws.get_simultaneous``), or
-through the class (``WorkspaceManager.get_simultaneous(ws, ...)``).
+``get_persistent`` and ``get_persistent_resource`` likewise (their tables are swapped
+too); the others are wrapped by :func:`recorded`. The question is asked by the class's own
+methods, so every way of calling one is recorded: through the instance, through a method
+bound before the recording began (a layer that keeps ``ws.get_simultaneous``), or through
+the class (``WorkspaceManager.get_simultaneous(ws, ...)``).
 
 Each call is recorded once, as the outermost public call of its thread (``get_persistent``
 calling ``get_persistent_resource`` records the outer call), and so is each call the
@@ -105,8 +105,8 @@ class Recorder:
             The :class:`History`, filled as calls are made; it starts with the current state.
         """
         history = History([Record("start", self._current_slot(), manager.state)])
-        # Each bookkeeping step is one C call, with no point between where a Ctrl-C is
-        # delivered (a Python call or a loop): an interrupted block leaves nothing behind.
+        # A Ctrl-C anywhere leaves nothing behind: the history goes in the finally, and a
+        # handle left routed (the loop interrupted) is routed back by its slow path (heal).
         try:
             with self._lock:  # (the handles are routed under it: see adopt, heal)
                 self.active[id(history)] = history
