@@ -463,11 +463,13 @@ class WorkspaceManager:
         return self._server.retain(key, shape, dtype, current_slot())
 
     def _route(self, recording: bool) -> None:
-        """While a recording runs, the hot paths find no memo (their tables are swapped for
-        an empty one), so that every ``get_simultaneous`` and ``get_retained`` takes the
-        slow path, which records it (:meth:`_acquire`, :meth:`_retain`); a manager not
-        recording asks nothing (``bench_hot_path``'s repeat rows). The recorder calls this
-        for every handle on the manager (a ``copy.copy`` included)."""
+        """While a recording runs, the hot paths find no memo and no persistent table (their
+        tables are swapped for an empty one), so that every ``get_simultaneous``,
+        ``get_retained``, ``get_persistent`` and ``get_persistent_resource`` takes its slow
+        path, which records it (:meth:`_acquire`, :meth:`_retain`,
+        :meth:`_create_resource`, ``get_persistent``'s own); a manager not recording asks
+        nothing there (``bench_hot_path``'s repeat rows). The recorder calls this for every
+        handle on the manager (a ``copy.copy`` included), under its lock."""
         self._acquired_at = _NOT_SERVED if recording else self._memos.acquired_at
         self._retained_at = _NOT_SERVED if recording else self._memos.retained_at
         self._tables = _NOT_SERVED if recording else self._persistent.tables
