@@ -88,7 +88,7 @@ class TorchCaller:
                     self._check_leaf(leaf, args, kwargs)
         try:
             return self.jitted(*args, **kwargs)
-        except (NotImplementedError, RuntimeError) as err:
+        except Exception as err:  # JAX reports a callback failure as RuntimeError or ValueError
             self.reraise(err)
             raise
 
@@ -431,7 +431,7 @@ def torch_call(
                 return caller(args, kwargs)
         try:
             return jitted(*args)
-        except (NotImplementedError, RuntimeError) as err:
+        except Exception as err:  # JAX reports a callback failure as RuntimeError or ValueError
             caller.reraise(err)
             raise
 

@@ -178,6 +178,29 @@ def test_an_exception_inside_fn_is_raised_itself_with_fns_frames():
     assert frames[-2:] == ["_raises_deep", "user_frame_inside_fn"]
 
 
+def test_a_failure_after_a_successful_call_is_raised_itself_and_not_kept():
+    """JAX reports a callback failure as a ValueError once the computation ran before (its
+    warm path), which the wrapper let through: the original was neither raised nor taken
+    back (kept with its frames, which hold fn's tensors over XLA's buffers)."""
+    from interop._bridge import _torch_callback
+
+    fails = []
+
+    def sometimes(x):
+        if fails:
+            raise KeyError("no such expert")
+        return x * 2
+
+    call = interop.torch_call(sometimes, spec((2,)))
+    call(jnp.ones(2, F32))  # warm
+    fails.append(True)
+    kept = len(_torch_callback._failures)
+    for _ in range(2):
+        with pytest.raises(KeyError, match="no such expert"):
+            call(jnp.ones(2, F32))
+    assert len(_torch_callback._failures) == kept
+
+
 def _interrupted(_):
     raise KeyboardInterrupt  # as Ctrl-C arrives while fn runs
 
