@@ -73,6 +73,7 @@ from functional_ws.fast_paths import fit
 from .._device import empty_device_cache, refuse_growth_during_capture
 from .._errors import AllocationSuppressedError, ReplanLimitError
 from .._locks import renew_after_fork
+from .._private import outside_modes
 from ._buffers import SlotBuffers
 from ._carving import Carver
 from ._memo import Memos
@@ -124,9 +125,12 @@ class Engine:
     # ----- a copy of another manager's -----
 
     def snapshot(self) -> tuple[WorkspaceState, list[torch.Tensor | None]]:
-        """The state and every slot's buffer, read together (what a copy is made of)."""
-        with self._mutex:
-            return self.state, self.buffers.buffers()
+        """The state and a copy of every slot's bytes, taken together under the mutex (so
+        the bytes are those the state describes: a span it calls intact holds its bytes),
+        outside the caller's torch modes (what a pickled copy is made of)."""
+        with self._mutex, outside_modes():
+            buffers = self.buffers.buffers()
+            return self.state, [None if b is None else b.clone() for b in buffers]
 
     def adopt(self, state: WorkspaceState, buffers: Sequence[torch.Tensor | None]) -> None:
         """Become a copy of a manager whose :meth:`snapshot` was ``(state, buffers)`` (of
@@ -138,8 +142,43 @@ class Engine:
             for index, old in enumerate(buffers):
                 if old is not None and old.numel():
                     allocation = self.buffers.allocate(index, old.numel())
-                    allocation.buffer.copy_(old)
+                    with outside_modes():
+                        allocation.buffer.copy_(old)
                     self.buffers.install(index, allocation)
+        self.state = state
+
+    def copy_of(self, source: Engine) -> None:
+        """Become a copy of ``source`` (an engine of this one's configuration), on a fresh
+        engine: buffers of the sizes ``source``'s have, allocated inside
+        ``alloc_context()``, then, under ``source``'s mutex, its bytes copied into them and
+        its state taken (so the bytes are those the state describes), with no copy held
+        in between (what a deep copy is made of).
+
+        Raises:
+            ReplanLimitError: ``source``'s slots changed size every time (other threads
+                growing them), :data:`MAX_PLANS` times.
+        """
+        for _ in range(MAX_PLANS):
+            sizes = [0 if b is None else b.numel() for b in source.buffers.buffers()]
+            made: dict[int, Allocation] = {}
+            with self._alloc_context():
+                for index, nbytes in enumerate(sizes):
+                    if nbytes:
+                        made[index] = self.buffers.allocate(index, nbytes)
+            with source._mutex, outside_modes():
+                buffers = source.buffers.buffers()
+                if [0 if b is None else b.numel() for b in buffers] == sizes:
+                    for index, allocation in made.items():
+                        allocation.buffer.copy_(buffers[index])  # type: ignore[arg-type]
+                    state = source.state
+                    break
+        else:
+            raise ReplanLimitError(
+                f"a copy of the manager was overtaken {MAX_PLANS} times in a row: other "
+                "threads grew its slots while the copy allocated. Copy it while they pause."
+            )
+        for index, allocation in made.items():
+            self.buffers.install(index, allocation)
         self.state = state
 
     # ----- installing a state -----

@@ -828,9 +828,12 @@ class WorkspaceManager:
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickling: a manager of the same class and configuration holding this one's state,
         bytes and persistent resources, and a subclass's own attributes (the original's
-        tensors, dicts and attributes pickle likewise). The allocator and ``alloc_context``
-        go by reference (pickle needs them importable); the memo and a recording running
-        are not kept."""
+        tensors, dicts and attributes pickle likewise). The bytes go as a copy taken with
+        the state (so this manager's buffers are never handed to the pickler: torch's
+        multiprocessing would move them into shared memory); the persistent resources as
+        they are (torch's multiprocessing shares the tensors among them with the child, as
+        any tensor it sends). The allocator and ``alloc_context`` go by reference (pickle
+        needs them importable); the memo and a recording running are not kept."""
         state, buffers = self._engine.snapshot()
         tables = [dict(table) for table in self._persistent.tables]
         return (
@@ -850,11 +853,12 @@ class WorkspaceManager:
             handle = twin.__copy__()
             memo[id(self)] = handle
             return handle  # type: ignore[no-any-return]
-        state, buffers = self._engine.snapshot()
-        copied = _rebuild(type(self), self._device, self._config, state, buffers, None, {})
+        copied = _new_like(type(self), self._device, self._config)
+        copied._engine.copy_of(self._engine)  # no copy of the bytes held in between
         memo[id(self)] = memo[engine_key] = copied  # before what may refer back to it
         for table, kept in zip(copied._persistent.tables, self._persistent.tables, strict=True):
-            table.update({key: copy.deepcopy(resource, memo) for key, resource in kept.items()})
+            resources = dict(kept)  # (another thread may add to it meanwhile)
+            table.update({key: copy.deepcopy(value, memo) for key, value in resources.items()})
         vars(copied).update(copy.deepcopy(self._extras(), memo))
         return copied
 
@@ -884,6 +888,14 @@ _OWN = frozenset(
 )  # fmt: skip
 
 
+def _new_like(cls: type[WorkspaceManager], device: torch.device, config: dict[str, Any]) -> Any:
+    """A new manager of class ``cls``, configured by ``config`` (a subclass's ``__init__``
+    is not called, as unpickling calls none)."""
+    manager = object.__new__(cls)
+    WorkspaceManager.__init__(manager, device, **config)
+    return manager
+
+
 def _rebuild(
     cls: type[WorkspaceManager],
     device: torch.device,
@@ -894,11 +906,9 @@ def _rebuild(
     extras: dict[str, Any],
 ) -> WorkspaceManager:
     """A manager of class ``cls`` and ``config`` on ``device`` that is a copy of one whose
-    state, buffers, persistent tables (``None``: none yet) and a subclass's attributes were
-    these (each slot's bytes copied into a buffer of its own). A subclass's ``__init__``
-    is not called, as unpickling calls none."""
-    manager = object.__new__(cls)
-    WorkspaceManager.__init__(manager, device, **config)
+    state, bytes, persistent tables (``None``: none yet) and a subclass's attributes were
+    these (each slot's bytes copied into a buffer of its own)."""
+    manager = _new_like(cls, device, config)
     manager._engine.adopt(state, buffers)
     for table, kept in zip(manager._persistent.tables, tables or (), strict=False):
         table.update(kept)

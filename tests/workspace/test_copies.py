@@ -202,3 +202,53 @@ def test_a_subclass_comparing_equal_to_its_copies_is_recorded_through_each():
         for each in (ws, handle, late):
             each.get_simultaneous(((10,), F32))
     assert len(history.trace()) == 3
+
+
+def test_a_deep_copy_while_another_thread_clobbers_the_span_says_so():
+    """The copy allocates (inside alloc_context), then copies the bytes and reads the state
+    together under the source's mutex: a request made in between, which reaches into the
+    retained span, is in both (the copy said intact over the request's bytes)."""
+    import contextlib
+    import threading
+
+    entered, proceed, armed = threading.Event(), threading.Event(), []
+
+    @contextlib.contextmanager
+    def pausing():
+        if armed:
+            entered.set()
+            proceed.wait(10)
+        yield
+
+    ws = interop.WorkspaceManager("cpu", alloc_context=pausing)
+    ws.get_simultaneous(((1024,), F32))
+    ws.get_retained("tail", (16,), F32)[0].copy_(torch.arange(16.0))
+    armed.append(True)
+
+    def clobber() -> None:
+        entered.wait(10)
+        (view,) = ws.get_simultaneous(((1024,), F32))  # reaches into the span
+        view.fill_(-7.0)
+        proceed.set()
+
+    other = threading.Thread(target=clobber)
+    other.start()
+    twin = copy.deepcopy(ws)
+    other.join()
+    tail, intact = twin.get_retained("tail", (16,), F32)
+    assert not intact and tail[0].item() == -7.0
+
+
+def test_pickling_for_another_process_leaves_the_managers_buffers_where_they_are():
+    """torch's multiprocessing pickler moves every CPU tensor it is handed into shared
+    memory, in place: the manager hands it a copy of its bytes, never its buffers (which
+    moved, and their views lost their 256-byte alignment)."""
+    from multiprocessing.reduction import ForkingPickler
+
+    ws = interop.WorkspaceManager("cpu")
+    (before,) = ws.get_simultaneous(((1000,), F32))
+    twin = pickle.loads(ForkingPickler.dumps(ws))
+    (after,) = ws.get_simultaneous(((1000,), F32))
+    (buffer,) = ws._current_workspaces
+    assert after.data_ptr() == before.data_ptr() and not buffer.is_shared()
+    assert twin.state == ws.state
