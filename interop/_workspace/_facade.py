@@ -888,10 +888,12 @@ _OWN = frozenset(
 )  # fmt: skip
 
 
-def _new_like(cls: type[WorkspaceManager], device: torch.device, config: dict[str, Any]) -> Any:
+def _new_like(
+    cls: type[WorkspaceManager], device: torch.device, config: dict[str, Any]
+) -> WorkspaceManager:
     """A new manager of class ``cls``, configured by ``config`` (a subclass's ``__init__``
     is not called, as unpickling calls none)."""
-    manager = object.__new__(cls)
+    manager: WorkspaceManager = object.__new__(cls)
     WorkspaceManager.__init__(manager, device, **config)
     return manager
 
