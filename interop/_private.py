@@ -662,6 +662,7 @@ _AUTOGRAD_KEYS: tuple[Any, ...] = tuple(
 #: Every dispatch key, and those of autocast.
 _KEYS: tuple[Any, ...] = tuple(getattr(torch._C.DispatchKey, "__members__", {}).values())
 _AUTOCAST_KEYS = tuple(key for key in _KEYS if key.name.startswith("Autocast"))
+_CONJUGATE = getattr(torch._C.DispatchKey, "Conjugate", None)
 _DISPATCH_HOOKS = (
     all(
         hasattr(torch._C, name)
@@ -673,14 +674,17 @@ _DISPATCH_HOOKS = (
         )
     )
     and None not in _AUTOGRAD_KEYS
+    and _CONJUGATE is not None
 )
 
 
 def below_autograd() -> bool:
-    """Whether torch code run now runs in a custom op's kernel, below the dispatcher's
-    autograd (and what comes before it: views' bookkeeping, conjugation, functorch), where
-    torch's autograd records nothing whatever the grad mode says; not in inference mode,
-    which excludes autograd too (the caller's own mode).
+    """Whether torch code run now runs with less of the dispatcher than an eager caller
+    has: in a custom op's kernel (a compiled ``jax_call`` runs JAX there), below autograd
+    and what comes before it (views' bookkeeping, conjugation, functorch), where torch's
+    autograd records nothing whatever the grad mode says. Inference mode's own exclusions
+    (the caller's mode) do not count. Two checks of one key each, then, only where one is
+    excluded, the thread's whole dispatch against :func:`_eager_dispatch`'s.
 
     Example:
         >>> below_autograd()
@@ -688,33 +692,42 @@ def below_autograd() -> bool:
     """
     if not _DISPATCH_HOOKS:  # pragma: no cover - depends on the installed torch
         return False
-    return bool(torch._C._dispatch_tls_is_dispatch_key_excluded(_AUTOGRAD_KEYS[0])) and not (
-        torch.is_inference_mode_enabled()
+    excluded = torch._C._dispatch_tls_is_dispatch_key_excluded
+    if not (excluded(_AUTOGRAD_KEYS[0]) or excluded(_CONJUGATE)):  # type: ignore[arg-type]
+        return False  # (nothing eager code runs with excludes either)
+    included, expected = _eager_dispatch()
+    return bool(
+        torch._C._dispatch_tls_local_exclude_set().raw_repr() != expected.raw_repr()
+        or torch._C._dispatch_tls_local_include_set().raw_repr() != included.raw_repr()
     )
 
 
 @functools.cache
-def _default_dispatch() -> tuple[Any, Any]:
-    """The dispatch keys a thread includes and excludes when nothing changed them (read on
-    a new thread, whose state is the default)."""
+def _default_dispatch(inference: bool) -> tuple[Any, Any]:
+    """The dispatch keys a thread includes and excludes when nothing changed them but
+    ``torch.inference_mode(inference)`` (read on a new thread, whose state is the
+    default)."""
     found: list[tuple[Any, Any]] = []
-    thread = threading.Thread(
-        target=lambda: found.append(
-            (torch._C._dispatch_tls_local_include_set(), torch._C._dispatch_tls_local_exclude_set())
-        )
-    )
+
+    def read() -> None:
+        with torch.inference_mode(inference):
+            found.append(
+                (
+                    torch._C._dispatch_tls_local_include_set(),
+                    torch._C._dispatch_tls_local_exclude_set(),
+                )
+            )
+
+    thread = threading.Thread(target=read)
     thread.start()
     thread.join()
     return found[0]
 
 
-def with_autograd() -> contextlib.AbstractContextManager[Any]:
-    """A context with the dispatch an eager caller has (the default one, the keys the
-    thread includes kept, ``torch.autocast`` as it is now): what :func:`below_autograd`
-    finds excluded comes back."""
-    if not _DISPATCH_HOOKS:  # pragma: no cover - depends on the installed torch
-        return contextlib.nullcontext()
-    included, excluded = _default_dispatch()
+def _eager_dispatch() -> tuple[Any, Any]:
+    """The keys an eager caller in this thread's inference mode includes and excludes:
+    the default ones, the keys the thread includes kept, ``torch.autocast`` as it is now."""
+    included, excluded = _default_dispatch(torch.is_inference_mode_enabled())
     current = torch._C._dispatch_tls_local_include_set()
     for key in _KEYS:  # what the thread includes stays included
         if current.has(key) and not included.has(key):
@@ -723,7 +736,15 @@ def with_autograd() -> contextlib.AbstractContextManager[Any]:
     for key in _AUTOCAST_KEYS:  # autocast on or off, as it is now
         if now.has(key) != excluded.has(key):
             excluded = excluded.add(key) if now.has(key) else excluded.remove(key)
-    return torch._C._ForceDispatchKeyGuard(included, excluded)
+    return included, excluded
+
+
+def with_autograd() -> contextlib.AbstractContextManager[Any]:
+    """A context with the dispatch an eager caller has (:func:`_eager_dispatch`): what
+    :func:`below_autograd` finds excluded comes back."""
+    if not _DISPATCH_HOOKS:  # pragma: no cover - depends on the installed torch
+        return contextlib.nullcontext()
+    return torch._C._ForceDispatchKeyGuard(*_eager_dispatch())
 
 
 def dual_level_active() -> bool:

@@ -235,3 +235,22 @@ def test_a_torch_call_inside_a_compiled_jax_call_runs_fn_as_eager_code_runs(fn):
     torch.testing.assert_close(expected, fn(x))
     leaf = x.clone().requires_grad_()
     torch.testing.assert_close(torch.compile(mid, backend="aot_eager")(leaf), expected)
+
+
+def _negated(x):
+    """A lazily negated view, resolved (the Negative key's work): -x."""
+    return (x._neg_view() * 1.0).contiguous()
+
+
+@pytest.mark.parametrize("fn", [_conjugated, _negated])
+def test_under_inference_mode_a_compiled_jax_call_runs_fn_as_eager_code_runs(fn):
+    """Under inference_mode the kernel excludes what it does elsewhere, beside inference
+    mode's own exclusions: those were taken for the caller's mode, and fn's conjugate and
+    negative bits went missing (a wrong sign)."""
+    inner = interop.torch_call(fn, lambda x: x)
+    mid = interop.jax_call(jax.jit(lambda x: jax.lax.stop_gradient(inner(x))))
+    x = torch.linspace(-1, 1, 4)
+    compiled = torch.compile(mid, backend="aot_eager")
+    with torch.inference_mode():
+        expected, got = mid(x), compiled(x)
+    torch.testing.assert_close(got, expected)
