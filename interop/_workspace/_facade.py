@@ -859,7 +859,7 @@ class WorkspaceManager:
         for table, kept in zip(copied._persistent.tables, self._persistent.tables, strict=True):
             resources = dict(kept)  # (another thread may add to it meanwhile)
             table.update({key: copy.deepcopy(value, memo) for key, value in resources.items()})
-        vars(copied).update(copy.deepcopy(self._extras(), memo))
+        _restore_extras(copied, copy.deepcopy(self._extras(), memo))
         return copied
 
     def __copy__(self) -> WorkspaceManager:
@@ -870,9 +870,14 @@ class WorkspaceManager:
         self._recorder.adopt(shallow)  # routed as this one is, whatever runs meanwhile
         return shallow
 
-    def _extras(self) -> dict[str, Any]:
-        """The attributes a subclass set, beside the manager's own."""
-        return {name: value for name, value in vars(self).items() if name not in _OWN}
+    def _extras(self) -> Any:
+        """What a subclass keeps beside the manager's own attributes, as its
+        ``__getstate__`` gives it (the default: its ``__dict__``, and its ``__slots__``
+        values as a second dict), the manager's own attributes left out."""
+        state = self.__getstate__()
+        attributes, slots = state if isinstance(state, tuple) else (state, None)
+        attributes = {k: v for k, v in (attributes or {}).items() if k not in _OWN}
+        return attributes if slots is None else (attributes, slots)
 
 
 #: A deep copy's memo key for the copy of a manager (by its engine: every handle's).
@@ -914,5 +919,18 @@ def _rebuild(
     manager._engine.adopt(state, buffers)
     for table, kept in zip(manager._persistent.tables, tables or (), strict=False):
         table.update(kept)
-    vars(manager).update(extras)
+    _restore_extras(manager, extras)
     return manager
+
+
+def _restore_extras(manager: WorkspaceManager, extras: Any) -> None:
+    """Give ``manager`` what :meth:`WorkspaceManager._extras` took: through the subclass's
+    ``__setstate__`` where it has one, else as attributes (and ``__slots__`` values)."""
+    setstate = getattr(manager, "__setstate__", None)
+    if setstate is not None:
+        setstate(extras)
+        return
+    attributes, slots = extras if isinstance(extras, tuple) else (extras, None)
+    vars(manager).update(attributes)
+    for name, value in (slots or {}).items():
+        setattr(manager, name, value)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import pickle
+import threading
 
 import pytest
 import torch
@@ -252,3 +253,39 @@ def test_pickling_for_another_process_leaves_the_managers_buffers_where_they_are
     (buffer,) = ws._current_workspaces
     assert after.data_ptr() == before.data_ptr() and not buffer.is_shared()
     assert twin.state == ws.state
+
+
+class _Guarded(interop.WorkspaceManager):
+    """The usual recipe for an attribute that does not pickle: dropped in ``__getstate__``,
+    made again in ``__setstate__``."""
+
+    def __init__(self, device: str) -> None:
+        super().__init__(device)
+        self.guard = threading.Lock()
+        self.calls = 3
+
+    def __getstate__(self):
+        state = dict(vars(self))
+        del state["guard"]
+        return state
+
+    def __setstate__(self, state):
+        vars(self).update(state)
+        self.guard = threading.Lock()
+
+
+class _Slotted(interop.WorkspaceManager):
+    __slots__ = ("tag",)
+
+    def __init__(self, device: str, tag: str) -> None:
+        super().__init__(device)
+        self.tag = tag
+
+
+@pytest.mark.parametrize("make_copy", list(COPIES.values()), ids=list(COPIES))
+def test_a_subclass_state_goes_through_its_getstate_setstate_and_slots(make_copy):
+    guarded = _Guarded("cpu")
+    twin = make_copy(guarded)
+    assert twin.calls == 3 and twin.guard is not guarded.guard
+    slotted = make_copy(_Slotted("cpu", "mine"))
+    assert slotted.tag == "mine"
