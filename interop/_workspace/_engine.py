@@ -93,6 +93,20 @@ _NOTHING: Sequence[Any] = ()
 _NO_SLOT = Carver(None, torch.device("cpu"))
 
 
+def _refuse_missing(sizes: Sequence[int], made: Sequence[torch.Tensor | None]) -> None:
+    """Raise where a copy's buffer of a nonzero size is missing: ``alloc_context()``
+    swallowed the failure of its allocation (a growth handles that as a failed
+    allocation; a copy cannot claim the bytes)."""
+    missing = [i for i, (n, b) in enumerate(zip(sizes, made, strict=True)) if n and b is None]
+    if missing:
+        raise AllocationSuppressedError(
+            f"alloc_context() suppressed an exception raised while a copy of the manager "
+            f"allocated the buffers of slot index(es) {missing} inside it (its __exit__ "
+            "returned a true value), so the copy has no bytes to hold them. Let the "
+            "context re-raise what happens inside it."
+        )
+
+
 class Engine:
     """The current state of one manager, and everything that changes it.
 
@@ -145,6 +159,8 @@ class Engine:
                     with outside_modes():
                         allocation.buffer.copy_(old)
                     self.buffers.install(index, allocation)
+        wanted = [0 if b is None else b.numel() for b in buffers]
+        _refuse_missing(wanted, self.buffers.buffers())
         self.state = state
 
     def copy_of(self, source: Engine) -> None:
@@ -163,8 +179,12 @@ class Engine:
             made: dict[int, Allocation] = {}
             with self._alloc_context():
                 for index, nbytes in enumerate(sizes):
-                    if nbytes:
-                        made[index] = self.buffers.allocate(index, nbytes)
+                    if nbytes:  # apart from those made before it (none is installed yet)
+                        in_use = [allocation.buffer for allocation in made.values()]
+                        made[index] = self.buffers.allocate(index, nbytes, in_use=in_use)
+            _refuse_missing(
+                sizes, [made[i].buffer if i in made else None for i in range(len(sizes))]
+            )
             with source._mutex, outside_modes():
                 buffers = source.buffers.buffers()
                 if [0 if b is None else b.numel() for b in buffers] == sizes:

@@ -289,3 +289,56 @@ def test_a_subclass_state_goes_through_its_getstate_setstate_and_slots(make_copy
     assert twin.calls == 3 and twin.guard is not guarded.guard
     slotted = make_copy(_Slotted("cpu", "mine"))
     assert slotted.tag == "mine"
+
+
+def test_a_deep_copy_refuses_a_pool_that_hands_out_memory_in_use():
+    """The copy allocates every slot's buffer before installing one: each is checked
+    against those made before it, as a growth checks against the others' buffers."""
+    from interop.errors import AllocationOverlapError
+
+    shared, bad = torch.zeros(1 << 16, dtype=torch.uint8), []
+
+    def pool(nbytes, device):
+        return shared[:nbytes] if bad else torch.zeros(nbytes, dtype=torch.uint8)
+
+    ws = interop.WorkspaceManager("cpu", num_ubatches=2, allocator=pool)
+    for ubatch in (0, 1):
+        with interop.use_workspace_ubatch(ubatch):
+            ws.get_simultaneous(((16,), F32))
+    bad.append(True)
+    with pytest.raises(AllocationOverlapError):
+        copy.deepcopy(ws)
+
+
+#: Armed: the pool below fails and the context swallows the failure.
+_ARMED: list[bool] = []
+
+
+class _Swallowing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return bool(_ARMED)
+
+
+def _failing_pool(nbytes, device):
+    if _ARMED:
+        raise MemoryError("pool exhausted")
+    return torch.zeros(nbytes, dtype=torch.uint8)
+
+
+@pytest.mark.parametrize("make_copy", list(COPIES.values()), ids=list(COPIES))
+def test_a_copy_whose_allocation_the_context_swallowed_is_refused(make_copy):
+    """A copy cannot claim bytes it has no buffer for (it said capacity 64 with none)."""
+    from interop.errors import AllocationSuppressedError
+
+    ws = interop.WorkspaceManager("cpu", allocator=_failing_pool, alloc_context=_Swallowing)
+    ws.get_simultaneous(((16,), F32))
+    payload = pickle.dumps(ws)
+    _ARMED.append(True)
+    try:
+        with pytest.raises(AllocationSuppressedError, match="a copy of the manager"):
+            copy.deepcopy(ws) if make_copy is copy.deepcopy else pickle.loads(payload)
+    finally:
+        _ARMED.clear()
