@@ -659,10 +659,12 @@ _AUTOGRAD_KEYS: tuple[Any, ...] = tuple(
     getattr(torch._C.DispatchKey, name, None)
     for name in ("AutogradFunctionality", "AutogradOther", "AutogradNestedTensor")
 )
-#: Every dispatch key, and those of autocast.
-_KEYS: tuple[Any, ...] = tuple(getattr(torch._C.DispatchKey, "__members__", {}).values())
-_AUTOCAST_KEYS = tuple(key for key in _KEYS if key.name.startswith("Autocast"))
 _CONJUGATE = getattr(torch._C.DispatchKey, "Conjugate", None)
+#: The raw bits of autocast's dispatch keys (one per device type).
+_AUTOCAST_BITS = 0
+for _name, _key in getattr(torch._C.DispatchKey, "__members__", {}).items():
+    if _name.startswith("Autocast"):
+        _AUTOCAST_BITS |= torch._C.DispatchKeySet(_key).raw_repr()
 _DISPATCH_HOOKS = (
     all(
         hasattr(torch._C, name)
@@ -671,6 +673,7 @@ _DISPATCH_HOOKS = (
             "_dispatch_tls_local_exclude_set",
             "_dispatch_tls_local_include_set",
             "_ForceDispatchKeyGuard",
+            "DispatchKeySet",
         )
     )
     and None not in _AUTOGRAD_KEYS
@@ -682,9 +685,9 @@ def below_autograd() -> bool:
     """Whether torch code run now runs with less of the dispatcher than an eager caller
     has: in a custom op's kernel (a compiled ``jax_call`` runs JAX there), below autograd
     and what comes before it (views' bookkeeping, conjugation, functorch), where torch's
-    autograd records nothing whatever the grad mode says. Inference mode's own exclusions
-    (the caller's mode) do not count. Two checks of one key each, then, only where one is
-    excluded, the thread's whole dispatch against :func:`_eager_dispatch`'s.
+    autograd records nothing whatever the grad mode says. Inference mode's own exclusion
+    of autograd (the caller's mode) does not count. A few C calls: the conjugate key is
+    never excluded in eager code, and autograd only in inference mode.
 
     Example:
         >>> below_autograd()
@@ -693,28 +696,25 @@ def below_autograd() -> bool:
     if not _DISPATCH_HOOKS:  # pragma: no cover - depends on the installed torch
         return False
     excluded = torch._C._dispatch_tls_is_dispatch_key_excluded
-    if not (excluded(_AUTOGRAD_KEYS[0]) or excluded(_CONJUGATE)):  # type: ignore[arg-type]
-        return False  # (nothing eager code runs with excludes either)
-    included, expected = _eager_dispatch()
-    return bool(
-        torch._C._dispatch_tls_local_exclude_set().raw_repr() != expected.raw_repr()
-        or torch._C._dispatch_tls_local_include_set().raw_repr() != included.raw_repr()
-    )
+    if excluded(_CONJUGATE):  # type: ignore[arg-type]
+        return True
+    return bool(excluded(_AUTOGRAD_KEYS[0])) and not torch.is_inference_mode_enabled()
 
 
 @functools.cache
-def _default_dispatch(inference: bool) -> tuple[Any, Any]:
-    """The dispatch keys a thread includes and excludes when nothing changed them but
-    ``torch.inference_mode(inference)`` (read on a new thread, whose state is the
+def _default_dispatch(inference: bool) -> tuple[int, int]:
+    """The dispatch keys (as raw bits) a thread includes and excludes when nothing changed
+    them but ``torch.inference_mode(inference)`` (read on a new thread, whose state is the
     default)."""
-    found: list[tuple[Any, Any]] = []
+    found: list[tuple[int, int]] = []
 
     def read() -> None:
         with torch.inference_mode(inference):
+            tls = torch._C
             found.append(
                 (
-                    torch._C._dispatch_tls_local_include_set(),
-                    torch._C._dispatch_tls_local_exclude_set(),
+                    tls._dispatch_tls_local_include_set().raw_repr(),
+                    tls._dispatch_tls_local_exclude_set().raw_repr(),
                 )
             )
 
@@ -724,27 +724,18 @@ def _default_dispatch(inference: bool) -> tuple[Any, Any]:
     return found[0]
 
 
-def _eager_dispatch() -> tuple[Any, Any]:
-    """The keys an eager caller in this thread's inference mode includes and excludes:
-    the default ones, the keys the thread includes kept, ``torch.autocast`` as it is now."""
-    included, excluded = _default_dispatch(torch.is_inference_mode_enabled())
-    current = torch._C._dispatch_tls_local_include_set()
-    for key in _KEYS:  # what the thread includes stays included
-        if current.has(key) and not included.has(key):
-            included = included.add(key)
-    now = torch._C._dispatch_tls_local_exclude_set()
-    for key in _AUTOCAST_KEYS:  # autocast on or off, as it is now
-        if now.has(key) != excluded.has(key):
-            excluded = excluded.add(key) if now.has(key) else excluded.remove(key)
-    return included, excluded
-
-
 def with_autograd() -> contextlib.AbstractContextManager[Any]:
-    """A context with the dispatch an eager caller has (:func:`_eager_dispatch`): what
-    :func:`below_autograd` finds excluded comes back."""
+    """A context with the dispatch an eager caller in this thread's inference mode has:
+    the default one, the keys the thread includes kept, ``torch.autocast`` as it is now
+    (what :func:`below_autograd` finds excluded comes back)."""
     if not _DISPATCH_HOOKS:  # pragma: no cover - depends on the installed torch
         return contextlib.nullcontext()
-    return torch._C._ForceDispatchKeyGuard(*_eager_dispatch())
+    included, excluded = _default_dispatch(torch.is_inference_mode_enabled())
+    included |= torch._C._dispatch_tls_local_include_set().raw_repr()
+    now = torch._C._dispatch_tls_local_exclude_set().raw_repr()
+    excluded = (excluded & ~_AUTOCAST_BITS) | (now & _AUTOCAST_BITS)
+    keys = torch._C.DispatchKeySet.from_raw_repr
+    return torch._C._ForceDispatchKeyGuard(keys(included), keys(excluded))
 
 
 def dual_level_active() -> bool:
