@@ -377,15 +377,12 @@ class WorkspaceManager:
         ``torch.Size``, NumPy ints), or, when it has none, by the core, which explains what
         is wrong with it (a slot not configured included). And every request while a
         recording runs (:meth:`_route`), recorded here."""
-        recorder = self._recorder
-        if recorder.active and recorder.outermost():  # in the slot found (read once)
+        if self._records_here(self._acquired_at):  # in the slot found (read once)
 
             def served(*pairs: Any) -> list[torch.Tensor]:
                 return WorkspaceManager._acquire(self, pairs, slot)
 
-            return recorder.call(self, "get_simultaneous", served, specs, {})  # type: ignore[no-any-return]
-        if self._acquired_at is _NOT_SERVED and not recorder.active:
-            recorder.heal(self)  # a recording's end, interrupted, left them routed here
+            return self._recorder.call(self, "get_simultaneous", served, specs, {})  # type: ignore[no-any-return]
         canon = canonical(specs)
         if canon is not specs:
             return self.get_simultaneous(*canon)
@@ -451,12 +448,9 @@ class WorkspaceManager:
     def _retain(
         self, key: Hashable, shape: tuple[int, ...], dtype: torch.dtype
     ) -> tuple[torch.Tensor, bool]:
-        recorder = self._recorder  # every request while a recording runs (_route)
-        if recorder.active and recorder.outermost():
+        if self._records_here(self._retained_at):
             method = partial(WorkspaceManager._retain, self)
-            return recorder.call(self, "get_retained", method, (key, shape, dtype), {})  # type: ignore[no-any-return]
-        if self._retained_at is _NOT_SERVED and not recorder.active:
-            recorder.heal(self)  # a recording's end, interrupted, left them routed here
+            return self._recorder.call(self, "get_retained", method, (key, shape, dtype), {})  # type: ignore[no-any-return]
         canon = canonical_shape(shape)
         if canon is not shape:  # spelled otherwise: served as its canonical spelling
             return self.get_retained(key, canon, dtype)
@@ -473,6 +467,18 @@ class WorkspaceManager:
         self._acquired_at = _NOT_SERVED if recording else self._memos.acquired_at
         self._retained_at = _NOT_SERVED if recording else self._memos.retained_at
         self._tables = _NOT_SERVED if recording else self._persistent.tables
+
+    def _records_here(self, table: object) -> bool:
+        """Whether the slow path calling this records its call (a recording runs, and this
+        is no call the manager makes inside another). ``table`` is the hot-path table the
+        call looked in: one routed while no recording runs (a recording's end,
+        interrupted, left it so) is routed back."""
+        recorder = self._recorder
+        if recorder.active:
+            return recorder.outermost()
+        if table is _NOT_SERVED:
+            recorder.heal(self)
+        return False
 
     def _slot_buffer(self, slot: tuple[int, int]) -> torch.Tensor | None:
         """The aligned ``uint8`` buffer of ``slot`` (for tests and debugging)."""
@@ -684,12 +690,10 @@ class WorkspaceManager:
         return self._create_resource(key, factory)
 
     def _create_resource(self, key: Hashable, factory: Callable[[], T]) -> T:
-        recorder = self._recorder  # every request while a recording runs (_route)
-        if recorder.active and recorder.outermost():
+        if self._records_here(self._tables):
             method = partial(WorkspaceManager._create_resource, self)
-            return recorder.call(self, "get_persistent_resource", method, (key, factory), {})  # type: ignore[no-any-return]
-        if self._tables is _NOT_SERVED and not recorder.active:
-            recorder.heal(self)  # a recording's end, interrupted, left them routed here
+            args = (key, factory)
+            return self._recorder.call(self, "get_persistent_resource", method, args, {})  # type: ignore[no-any-return]
         return self._server.create_resource(current_slot(), key, factory)
 
     def get_persistent(
@@ -741,11 +745,11 @@ class WorkspaceManager:
                 and plain_shape(shape)
             ):
                 return tensor
-        recorder = self._recorder  # every request while a recording runs (_route)
-        if recorder.active and recorder.outermost():
+        if self._records_here(self._tables):
             method = partial(WorkspaceManager.get_persistent, self)
             kwargs = {"zero_init": zero_init} if zero_init is not False else {}  # as called
-            return recorder.call(self, "get_persistent", method, (key, shape, dtype), kwargs)  # type: ignore[no-any-return]
+            args = (key, shape, dtype)
+            return self._recorder.call(self, "get_persistent", method, args, kwargs)  # type: ignore[no-any-return]
         shape = canonical_shape(shape)
         check_torch_dtypes(((shape, dtype),), "dtype")
         spec = ViewSpec.of(shape, dtype, "persistent")
