@@ -93,20 +93,6 @@ _NOTHING: Sequence[Any] = ()
 _NO_SLOT = Carver(None, torch.device("cpu"))
 
 
-def _refuse_missing(sizes: Sequence[int], made: Sequence[torch.Tensor | None]) -> None:
-    """Raise where a copy's buffer of a nonzero size is missing: ``alloc_context()``
-    swallowed the failure of its allocation (a growth handles that as a failed
-    allocation; a copy cannot claim the bytes)."""
-    missing = [i for i, (n, b) in enumerate(zip(sizes, made, strict=True)) if n and b is None]
-    if missing:
-        raise AllocationSuppressedError(
-            f"alloc_context() suppressed an exception raised while a copy of the manager "
-            f"allocated the buffers of slot index(es) {missing} inside it (its __exit__ "
-            "returned a true value), so the copy has no bytes to hold them. Let the "
-            "context re-raise what happens inside it."
-        )
-
-
 class Engine:
     """The current state of one manager, and everything that changes it.
 
@@ -148,27 +134,21 @@ class Engine:
 
     def adopt(self, state: WorkspaceState, buffers: Sequence[torch.Tensor | None]) -> None:
         """Become a copy of a manager whose :meth:`snapshot` was ``(state, buffers)`` (of
-        this one's configuration), on a fresh engine: each slot gets a buffer of its own,
-        allocated inside ``alloc_context()``, holding a copy of that slot's bytes, and the
-        state is ``state`` (its capacity limit too: the limit of the device it was made
-        for)."""
-        with self._alloc_context():
-            for index, old in enumerate(buffers):
-                if old is not None and old.numel():
-                    allocation = self.buffers.allocate(index, old.numel())
-                    with outside_modes():
-                        allocation.buffer.copy_(old)
-                    self.buffers.install(index, allocation)
-        wanted = [0 if b is None else b.numel() for b in buffers]
-        _refuse_missing(wanted, self.buffers.buffers())
-        self.state = state
+        this one's configuration), on a fresh engine: each slot gets a buffer of its own
+        (:meth:`_allocate_copy`) holding a copy of that slot's bytes, and the state is
+        ``state`` (its capacity limit too: the limit of the device it was made for)."""
+        made = self._allocate_copy([0 if b is None else b.numel() for b in buffers])
+        with outside_modes():
+            for index, allocation in made.items():
+                allocation.buffer.copy_(buffers[index])  # type: ignore[arg-type]
+        self._take_copy(made, state)
 
     def copy_of(self, source: Engine) -> None:
         """Become a copy of ``source`` (an engine of this one's configuration), on a fresh
-        engine: buffers of the sizes ``source``'s have, allocated inside
-        ``alloc_context()``, then, under ``source``'s mutex, its bytes copied into them and
-        its state taken (so the bytes are those the state describes), with no copy held
-        in between (what a deep copy is made of).
+        engine: buffers of the sizes ``source``'s have (:meth:`_allocate_copy`), then,
+        under ``source``'s mutex, its bytes copied into them and its state taken (so the
+        bytes are those the state describes), with no copy held in between (what a deep
+        copy is made of).
 
         Raises:
             ReplanLimitError: ``source``'s slots changed size every time (other threads
@@ -176,27 +156,46 @@ class Engine:
         """
         for _ in range(MAX_PLANS):
             sizes = [0 if b is None else b.numel() for b in source.buffers.buffers()]
-            made: dict[int, Allocation] = {}
-            with self._alloc_context():
-                for index, nbytes in enumerate(sizes):
-                    if nbytes:  # apart from those made before it (none is installed yet)
-                        in_use = [allocation.buffer for allocation in made.values()]
-                        made[index] = self.buffers.allocate(index, nbytes, in_use=in_use)
-            _refuse_missing(
-                sizes, [made[i].buffer if i in made else None for i in range(len(sizes))]
-            )
+            made = self._allocate_copy(sizes)
             with source._mutex, outside_modes():
                 buffers = source.buffers.buffers()
                 if [0 if b is None else b.numel() for b in buffers] == sizes:
                     for index, allocation in made.items():
                         allocation.buffer.copy_(buffers[index])  # type: ignore[arg-type]
-                    state = source.state
-                    break
-        else:
-            raise ReplanLimitError(
-                f"a copy of the manager was overtaken {MAX_PLANS} times in a row: other "
-                "threads grew its slots while the copy allocated. Copy it while they pause."
+                    self._take_copy(made, source.state)
+                    return
+        raise ReplanLimitError(
+            f"a copy of the manager was overtaken {MAX_PLANS} times in a row: other "
+            "threads grew its slots while the copy allocated. Copy it while they pause."
+        )
+
+    def _allocate_copy(self, sizes: Sequence[int]) -> dict[int, Allocation]:
+        """A buffer per slot index of nonzero ``sizes``, allocated inside
+        ``alloc_context()``, each apart from those made before it (none is installed yet).
+
+        Raises:
+            AllocationSuppressedError: the context swallowed an allocation's failure: the
+                copy would claim bytes it has no buffer for (a growth handles that as a
+                failed allocation).
+        """
+        made: dict[int, Allocation] = {}
+        with self._alloc_context():
+            for index, nbytes in enumerate(sizes):
+                if nbytes:
+                    in_use = [allocation.buffer for allocation in made.values()]
+                    made[index] = self.buffers.allocate(index, nbytes, in_use=in_use)
+        missing = [index for index, nbytes in enumerate(sizes) if nbytes and index not in made]
+        if missing:
+            raise AllocationSuppressedError(
+                f"alloc_context() suppressed an exception raised while a copy of the manager "
+                f"allocated the buffers of slot index(es) {missing} inside it (its __exit__ "
+                "returned a true value), so the copy has no bytes to hold them. Let the "
+                "context re-raise what happens inside it."
             )
+        return made
+
+    def _take_copy(self, made: dict[int, Allocation], state: WorkspaceState) -> None:
+        """Install the copy's buffers ``made`` (holding their bytes) and its ``state``."""
         for index, allocation in made.items():
             self.buffers.install(index, allocation)
         self.state = state

@@ -913,15 +913,15 @@ def _rebuild(
     config: dict[str, Any],
     state: WorkspaceState,
     buffers: list[torch.Tensor | None],
-    tables: list[dict[Hashable, Any]] | None,
-    extras: dict[str, Any],
+    tables: list[dict[Hashable, Any]],
+    extras: Any,
 ) -> WorkspaceManager:
     """A manager of class ``cls`` and ``config`` on ``device`` that is a copy of one whose
-    state, bytes, persistent tables (``None``: none yet) and a subclass's attributes were
-    these (each slot's bytes copied into a buffer of its own)."""
+    state, bytes, persistent tables and a subclass's state (:meth:`_extras`) were these
+    (each slot's bytes copied into a buffer of its own)."""
     manager = _new_like(cls, device, config)
     manager._engine.adopt(state, buffers)
-    for table, kept in zip(manager._persistent.tables, tables or (), strict=False):
+    for table, kept in zip(manager._persistent.tables, tables, strict=True):
         table.update(kept)
     _restore_extras(manager, extras)
     return manager
