@@ -102,15 +102,16 @@ storage-count and constant-result hooks take their private paths (checked).
   2.13 and 2.15), with the public ``torch._C.DisableTorchFunction``. Gate: all exist.
   Fallback: never active, and the tensors are made in the caller's modes, as the original
   makes its own.
-- :func:`below_autograd` and :func:`with_autograd`: whether torch code runs below
-  autograd now (JAX called from a custom op's kernel: a ``jax_call`` compiled by
-  ``torch.compile`` runs JAX there, and a ``torch_call`` inside it calls torch back), and a
-  context with the dispatch an eager caller has (the default one, read on a new thread;
-  autocast and the keys the thread includes kept):
+- :func:`below_eager_dispatch` and :func:`eager_dispatch`: whether torch code runs with
+  less of the dispatcher than eager code (JAX called from a custom op's kernel: a
+  ``jax_call`` compiled by ``torch.compile`` runs JAX there, and a ``torch_call`` inside it
+  calls torch back), and a context with the dispatch an eager caller has (the default one,
+  read on a new thread; autocast and the keys the thread includes kept):
   ``torch._C._dispatch_tls_is_dispatch_key_excluded``, ``_dispatch_tls_local_exclude_set``,
-  ``_dispatch_tls_local_include_set`` and ``_ForceDispatchKeyGuard`` (checked on torch 2.13
-  and 2.15). Gate: all exist. Fallback: never below (a ``torch_call``'s backward inside a
-  compiled ``jax_call`` then fails with ``NoGradientError``, as before).
+  ``_dispatch_tls_local_include_set``, ``DispatchKeySet.from_raw_repr`` and
+  ``_ForceDispatchKeyGuard`` (checked on torch 2.13 and 2.15). Gate: all exist. Fallback:
+  never below (a ``torch_call``'s backward inside a compiled ``jax_call`` then fails with
+  ``NoGradientError``, as before).
 - :func:`storage_from_weak`: the storage a ``StorageWeakRef`` refers to, while it lives:
   ``torch.UntypedStorage._new_with_weak_ptr(ref.cdata)`` (checked on torch 2.13). Gate: it
   exists. Fallback: ``None``, as for a freed storage (no public function turns a weak
@@ -571,10 +572,6 @@ transforms_active: Callable[[], bool] = getattr(
 )
 
 
-def _never() -> bool:  # pragma: no cover - torch without the checks
-    return False
-
-
 _MODE_CHECKS: tuple[Callable[[], Any], ...] | None = None
 try:
     _MODE_CHECKS = (
@@ -654,12 +651,10 @@ def outside_modes() -> Iterator[None]:
         yield
 
 
-#: The dispatch keys of torch's autograd (what running below autograd excludes).
-_AUTOGRAD_KEYS: tuple[Any, ...] = tuple(
-    getattr(torch._C.DispatchKey, name, None)
-    for name in ("AutogradFunctionality", "AutogradOther", "AutogradNestedTensor")
-)
+#: Two dispatch keys a kernel below the dispatcher excludes: the conjugate key (never
+#: excluded in eager code) and autograd's (excluded eagerly only in inference mode).
 _CONJUGATE = getattr(torch._C.DispatchKey, "Conjugate", None)
+_AUTOGRAD = getattr(torch._C.DispatchKey, "AutogradFunctionality", None)
 #: The raw bits of autocast's dispatch keys (one per device type).
 _AUTOCAST_BITS = 0
 for _name, _key in getattr(torch._C.DispatchKey, "__members__", {}).items():
@@ -676,12 +671,12 @@ _DISPATCH_HOOKS = (
             "DispatchKeySet",
         )
     )
-    and None not in _AUTOGRAD_KEYS
+    and _AUTOGRAD is not None
     and _CONJUGATE is not None
 )
 
 
-def below_autograd() -> bool:
+def below_eager_dispatch() -> bool:
     """Whether torch code run now runs with less of the dispatcher than an eager caller
     has: in a custom op's kernel (a compiled ``jax_call`` runs JAX there), below autograd
     and what comes before it (views' bookkeeping, conjugation, functorch), where torch's
@@ -690,7 +685,7 @@ def below_autograd() -> bool:
     never excluded in eager code, and autograd only in inference mode.
 
     Example:
-        >>> below_autograd()
+        >>> below_eager_dispatch()
         False
     """
     if not _DISPATCH_HOOKS:  # pragma: no cover - depends on the installed torch
@@ -698,7 +693,7 @@ def below_autograd() -> bool:
     excluded = torch._C._dispatch_tls_is_dispatch_key_excluded
     if excluded(_CONJUGATE):  # type: ignore[arg-type]
         return True
-    return bool(excluded(_AUTOGRAD_KEYS[0])) and not torch.is_inference_mode_enabled()
+    return bool(excluded(_AUTOGRAD)) and not torch.is_inference_mode_enabled()
 
 
 @functools.cache
@@ -724,10 +719,10 @@ def _default_dispatch(inference: bool) -> tuple[int, int]:
     return found[0]
 
 
-def with_autograd() -> contextlib.AbstractContextManager[Any]:
+def eager_dispatch() -> contextlib.AbstractContextManager[Any]:
     """A context with the dispatch an eager caller in this thread's inference mode has:
     the default one, the keys the thread includes kept, ``torch.autocast`` as it is now
-    (what :func:`below_autograd` finds excluded comes back)."""
+    (what :func:`below_eager_dispatch` finds excluded comes back)."""
     if not _DISPATCH_HOOKS:  # pragma: no cover - depends on the installed torch
         return contextlib.nullcontext()
     included, excluded = _default_dispatch(torch.is_inference_mode_enabled())

@@ -266,8 +266,10 @@ def run_forward(
 ) -> list[torch.Tensor]:
     """Call ``fn`` on ``tensors`` (in the thread's grad mode: the inputs do not require
     grad), check its inputs and results; the results."""
-    if _private.below_autograd():  # fn runs as an eager caller's would (a compiled jax_call's op)
-        with _private.with_autograd():
+    if (
+        _private.below_eager_dispatch()
+    ):  # fn runs as an eager caller's would (a compiled jax_call's op)
+        with _private.eager_dispatch():
             return run_forward(fn, sig, tensors, device)
     before = _snapshot(tensors)
     returned = _call_fn(fn, sig, tensors)
@@ -353,8 +355,8 @@ def run_backward(
         NoGradientError: a required input that torch's autograd does not connect to any
             result, or a result without autograd history that gets a nonzero cotangent.
     """
-    if _private.below_autograd():  # autograd records fn's graph (a compiled jax_call's op)
-        with _private.with_autograd():
+    if _private.below_eager_dispatch():  # in a compiled jax_call's op: fn's graph recorded
+        with _private.eager_dispatch():
             return run_backward(fn, sig, tensors, wanted, cotangents, device, required)
     before = _snapshot(tensors)
     # Every floating input is tracked, whatever ``wanted`` holds: a result made of inputs
