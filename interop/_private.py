@@ -653,8 +653,8 @@ def outside_modes() -> Iterator[None]:
 
 #: Two dispatch keys a kernel below the dispatcher excludes: the conjugate key (never
 #: excluded in eager code) and autograd's (excluded eagerly only in inference mode).
-_CONJUGATE = getattr(torch._C.DispatchKey, "Conjugate", None)
-_AUTOGRAD = getattr(torch._C.DispatchKey, "AutogradFunctionality", None)
+_CONJUGATE: Any = getattr(torch._C.DispatchKey, "Conjugate", None)
+_AUTOGRAD: Any = getattr(torch._C.DispatchKey, "AutogradFunctionality", None)
 #: The raw bits of autocast's dispatch keys (one per device type).
 _AUTOCAST_BITS = 0
 for _name, _key in getattr(torch._C.DispatchKey, "__members__", {}).items():
@@ -691,7 +691,7 @@ def below_eager_dispatch() -> bool:
     if not _DISPATCH_HOOKS:  # pragma: no cover - depends on the installed torch
         return False
     excluded = torch._C._dispatch_tls_is_dispatch_key_excluded
-    if excluded(_CONJUGATE):  # type: ignore[arg-type]
+    if excluded(_CONJUGATE):
         return True
     return bool(excluded(_AUTOGRAD)) and not torch.is_inference_mode_enabled()
 
