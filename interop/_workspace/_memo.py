@@ -249,14 +249,19 @@ class Memo(dict[Hashable, Any]):
     __slots__ = ("dead", "index", "last", "limit", "old", "seen")
 
     def __init__(
-        self, index: int = 0, limit: int | None = None, seen: set[int] | None = None
+        self,
+        index: int = 0,
+        limit: int | None = None,
+        seen: set[int] | None = None,
+        last: Any = None,
     ) -> None:
-        super().__init__()
+        # No dict.__init__ (the dict is empty already) and no max(): a growth makes two of
+        # these (Memos.retire), 0.16 µs each (bench_workloads' growth rows).
         self.index = index
         self.old: dict[Hashable, Any] = {}
-        self.last: Any = None
+        self.last = last
         self.dead = False
-        self.limit = max(2, MAX_MEMOISED if limit is None else limit)
+        self.limit = MAX_MEMOISED if limit is None else limit if limit > 2 else 2
         self.seen: set[int] = set() if seen is None else seen  # hashes of requests seen once
 
     def __missing__(self, key: Hashable) -> Any:
@@ -355,9 +360,7 @@ class Memos:
         ubatch, lane = divmod(index, self.num_lanes)
         for row in (self.acquired_at[ubatch], self.retained_at[ubatch]):
             old = row[lane]
-            fresh = Memo(old.index, old.limit, old.seen)  # a successor: the same slot
-            fresh.last = old.last
-            row[lane] = fresh
+            row[lane] = Memo(old.index, old.limit, old.seen, old.last)  # a successor
             old.dead = True  # then emptied: its views pin the old buffer
             old.clear()
             old.old.clear()
