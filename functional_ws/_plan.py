@@ -61,6 +61,23 @@ def to_dict(state: WorkspaceState) -> dict[str, Any]:
     }
 
 
+#: The fields a plan has, and those of each of its slots: nothing else is read.
+PLAN_FIELDS = ("format", "version", "num_ubatches", "num_lanes", "alignment", "growth", "locked",
+               "slots")  # fmt: skip
+SLOT_FIELDS = ("ubatch", "lane", "capacity", "high_water", "growths")
+
+
+def _refuse_unknown(data: dict[str, Any], known: tuple[str, ...], where: str) -> None:
+    """Refuse a field this version does not read (a typo, or one a newer writer meant
+    something by): loading it would drop what it says without a word."""
+    unknown = [name for name in data if name not in known]
+    if unknown:
+        raise InvalidPlanError(
+            f"{where} has field(s) {', '.join(map(repr, unknown))} that a version-{VERSION} "
+            f"plan does not have (it has {', '.join(map(repr, known))}); remove them."
+        )
+
+
 def _field(data: dict[str, Any], name: str, where: str) -> Any:
     if name not in data:
         raise InvalidPlanError(f"{where} has no field {name!r}.")
@@ -77,8 +94,8 @@ def from_dict(data: dict[str, Any]) -> WorkspaceState:
 
     Raises:
         InvalidPlanError: (``ValueError``) naming the field that is missing, malformed or
-            inconsistent: not a dict, another format or version, a bad configuration, a
-            slot missing, listed twice or out of range, a capacity of ``2**63`` or more,
+            inconsistent: not a dict, another format or version, a field it does not
+            have, a bad configuration, a slot missing, listed twice or out of range, a capacity of ``2**63`` or more,
             a capacity or a high-water mark with no growth that allocated the bytes.
 
     Example:
@@ -95,6 +112,7 @@ def from_dict(data: dict[str, Any]) -> WorkspaceState:
             f"plan must have format={FORMAT!r} and version={VERSION}, got "
             f"format={data.get('format')!r}, version={data.get('version')!r}."
         )
+    _refuse_unknown(data, PLAN_FIELDS, "plan")
     config = {
         name: _field(data, name, "plan")
         for name in ("num_ubatches", "num_lanes", "alignment", "growth")
@@ -117,6 +135,7 @@ def from_dict(data: dict[str, Any]) -> WorkspaceState:
         where = f"plan['slots'][{i}]"
         if not isinstance(entry, dict):
             raise InvalidPlanError(f"{where} must be a dict, got {entry!r}.")
+        _refuse_unknown(entry, SLOT_FIELDS, where)
         ubatch = _count(entry, "ubatch", where, maximum=num_ubatches - 1)
         lane = _count(entry, "lane", where, maximum=num_lanes - 1)
         index = ubatch * num_lanes + lane

@@ -76,6 +76,9 @@ BAD_PLANS = [
     ("high-water-without-growth",
      lambda d: {**d, "slots": [{**d["slots"][0], "capacity": 0, "growths": 0}]},
      ["high_water 256", "growths 0"]),
+    ("unknown-field", lambda d: {**d, "max_capacity": 1 << 20}, ["plan has", "'max_capacity'"]),
+    ("unknown-slot-field", lambda d: {**d, "slots": [{**d["slots"][0], "retained": 7}]},
+     ["plan['slots'][0]", "'retained'"]),
 ]  # fmt: skip
 
 
