@@ -4,7 +4,8 @@ The core records which keys each slot has claimed (so a locked manager refuses n
 the objects themselves live in a :class:`PersistentTables`, which the manager holds. A
 factory runs without any lock held (it may use the manager, or wait for another thread
 that does); when two threads create the same key at once, the first to finish wins and
-both get its resource.
+both get its resource. A factory that asks for its own key again (on its thread) gets the
+inner call's resource, and its own then replaces it, as in the original.
 
 ``get_persistent`` keeps its tensors under ``(torch.Tensor, key)``, in the namespace of
 ``get_persistent_resource`` (as the original does); the displays name such a key as the
@@ -14,7 +15,9 @@ imported.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
+import contextlib
+import threading
+from collections.abc import Callable, Hashable, Iterator
 from typing import Any, cast
 
 import torch
@@ -35,11 +38,45 @@ class PersistentTables:
 
     def __init__(self, count: int) -> None:
         self.tables: list[dict[Hashable, Any]] = [{} for _ in range(count)]
+        # Per thread, per ``(index, key)`` whose factory runs on it now, a ``[stored]`` cell
+        # per such factory, outermost first: ``stored`` once a call it made stored the key.
+        self._running = threading.local()
 
-    def keep(self, index: int, key: Hashable, resource: Any) -> Any:
-        """Store ``resource`` under ``key`` in slot ``index`` unless another thread stored
-        one first; the resource the slot keeps."""
-        return self.tables[index].setdefault(key, resource)
+    @contextlib.contextmanager
+    def creating(self, index: int, key: Hashable) -> Iterator[list[bool]]:
+        """Around the factory of ``key`` in slot ``index``; yields its cell, which says
+        after the factory whether a call the factory made stored ``key`` (then
+        :meth:`keep` is told to replace that resource)."""
+        running = self._running.__dict__.setdefault("cells", {})
+        cells = running.setdefault((index, key), [])
+        cell = [False]
+        cells.append(cell)
+        try:
+            yield cell
+        finally:
+            cells.pop()  # this factory's: nested ones ended first
+            if not cells:
+                del running[(index, key)]
+
+    def keep(self, index: int, key: Hashable, resource: Any, *, replace: bool = False) -> Any:
+        """Store ``resource`` under ``key`` in slot ``index``; the resource the slot keeps.
+
+        Where another thread stored one first, that one stays (the first to finish wins).
+        With ``replace`` (a call this factory made stored one: the factory asked for its
+        own key again), this one replaces it, as in the original, whose outer call
+        assigns last.
+        """
+        table = self.tables[index]
+        if replace:
+            table[key] = resource
+            kept = resource
+        else:
+            kept = table.setdefault(key, resource)
+        running = self._running.__dict__.get("cells")
+        if running:  # factories of this key further out on this thread: they replace it
+            for cell in running.get((index, key), ()):
+                cell[0] = True
+        return kept
 
 
 def tensor_key_text(key: object) -> str | None:

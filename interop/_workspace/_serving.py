@@ -154,9 +154,9 @@ class Server:
             raise FactoryNotCallableError(
                 f"factory must be a callable returning the resource, got {factory!r}."
             )
-        with user_code():  # its requests are the run's: a recording keeps them
-            resource = factory()
+        with user_code(), self.tables.creating(index, key) as running:  # user_code: a
+            resource = factory()  # recording keeps the factory's requests
         self.engine.update(
             lambda state: fws.claim(state, slot, key, admitted=True)[0], user_code_of_key(key)
         )
-        return self.tables.keep(index, key, resource)  # type: ignore[no-any-return]
+        return self.tables.keep(index, key, resource, replace=running[0])  # type: ignore[no-any-return]

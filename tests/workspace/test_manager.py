@@ -366,6 +366,21 @@ def test_persistent_resources_are_lazy_per_slot_and_the_same_object_on_repeat():
     assert other is not first and len(calls) == 2
 
 
+@pytest.mark.parametrize("make", [manager, OriginalAlgorithmManager], ids=["ours", "original"])
+def test_a_factory_asking_for_its_own_key_keeps_its_own_resource_as_the_original(make):
+    ws = make()
+    inner = []
+
+    def outer():
+        inner.append(ws.get_persistent_resource("k", lambda: "inner"))
+        ws.get_persistent_resource("other", lambda: "o")  # another key: kept as made
+        return "outer"
+
+    assert ws.get_persistent_resource("k", outer) == "outer"  # the outer call assigns last
+    assert inner == ["inner"] and ws.get_persistent_resource("k", lambda: "x") == "outer"
+    assert ws.get_persistent_resource("other", lambda: "x") == "o"
+
+
 def test_locked_persistent_rules_per_slot():
     ws = manager(num_lanes=2)
     made = ws.get_persistent_resource("r", dict)
