@@ -95,8 +95,9 @@ def from_dict(data: dict[str, Any]) -> WorkspaceState:
     Raises:
         InvalidPlanError: (``ValueError``) naming the field that is missing, malformed or
             inconsistent: not a dict, another format or version, a field it does not
-            have, a bad configuration, a slot missing, listed twice or out of range, a capacity of ``2**63`` or more,
-            a capacity or a high-water mark with no growth that allocated the bytes.
+            have, a bad configuration, a slot missing, listed twice or out of range, a
+            capacity of ``2**63`` or more, a capacity or a high-water mark with no growth
+            that allocated the bytes.
 
     Example:
         >>> from functional_ws import initial_state, lock
