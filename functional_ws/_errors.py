@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 
+from ._presenters import safe_repr
+
 _MB = 1024 * 1024
 
 
@@ -167,7 +169,7 @@ class PersistentKeyLockedError(WorkspaceError, AssertionError):
 
     def __init__(self, key: Hashable, slot: tuple[int, int]):
         super().__init__(
-            f"Workspace is locked but {key!r} was not allocated during warmup for the "
+            f"Workspace is locked but {safe_repr(key)} was not allocated during warmup for the "
             f"current ubatch and lane. That is slot {slot} (ubatch, lane): request the key "
             "there once before lock()."
         )

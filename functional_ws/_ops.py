@@ -32,6 +32,7 @@ from ._errors import (
     WorkspaceLockedError,
 )
 from ._layout import Growth, Layout, Span, make_layout
+from ._presenters import safe_repr
 from ._spec import (
     MAX_BYTES,
     ViewSpec,
@@ -422,7 +423,7 @@ def _check_key(key: Hashable, argname: str) -> None:
     try:
         hash(key)
     except TypeError:
-        raise InvalidSpecError(f"{argname} must be hashable, got {key!r}.") from None
+        raise InvalidSpecError(f"{argname} must be hashable, got {safe_repr(key)}.") from None
 
 
 def retain(

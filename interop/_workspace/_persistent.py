@@ -23,7 +23,7 @@ from typing import Any, cast
 import torch
 
 from functional_ws import ViewSpec
-from functional_ws._presenters import install_key_namer, key_text
+from functional_ws._presenters import install_key_namer, key_text, safe_repr
 
 from .._errors import PersistentMismatchError, PersistentNotTensorError
 from .._private import outside_modes
@@ -122,14 +122,14 @@ def check_persistent_tensor(
     """
     if not isinstance(tensor, torch.Tensor):
         raise PersistentNotTensorError(
-            f"Persistent workspace {key!r} has shape={getattr(tensor, 'shape', None)}, "
+            f"Persistent workspace {safe_repr(key)} has shape={getattr(tensor, 'shape', None)}, "
             f"dtype={getattr(tensor, 'dtype', None)}; requested shape={shape}, dtype={dtype}. "
             f"It holds a {type(tensor).__name__}, not a tensor: a resource was put under "
-            f"(torch.Tensor, {key!r}), the key get_persistent keeps its tensor under."
+            f"(torch.Tensor, {safe_repr(key)}), the key get_persistent keeps its tensor under."
         )
     if tensor.shape != shape or tensor.dtype != dtype:
         raise PersistentMismatchError(
-            f"Persistent workspace {key!r} has shape={getattr(tensor, 'shape', None)}, "
+            f"Persistent workspace {safe_repr(key)} has shape={getattr(tensor, 'shape', None)}, "
             f"dtype={getattr(tensor, 'dtype', None)}; requested shape={shape}, dtype={dtype}."
         )
     return tensor

@@ -391,3 +391,25 @@ def test_a_persistent_key_holding_no_tensor_is_the_originals_attribute_error():
             assert isinstance(caught.value, interop.errors.PersistentMismatchError)
             assert "holds a str, not a tensor" in str(caught.value)
         assert ws.get_persistent_resource((torch.Tensor, "p"), list) == "a string"
+
+
+class _ReprRaises:
+    """A key whose ``__repr__`` raises: errors that name it must still be the errors."""
+
+    def __repr__(self):
+        raise RuntimeError("no repr")
+
+
+def test_a_key_whose_repr_raises_gets_the_refusal_it_earned():
+    ws = WorkspaceManager(DEVICE)
+    key = _ReprRaises()
+    ws.get_persistent(key, (2,), torch.float32)
+    with pytest.raises(interop.errors.PersistentMismatchError, match="whose repr raised"):
+        ws.get_persistent(key, (3,), torch.float32)
+    with pytest.raises(fws.InvalidSpecError, match=r"hashable.*whose repr raised"):
+        ws.get_persistent_resource([key], dict)
+    ws.lock()
+    with pytest.raises(AssertionError, match="Workspace is locked but <a key"):
+        ws.get_persistent_resource(_ReprRaises(), dict)
+    with pytest.raises(fws.PersistentKeyLockedError):
+        fws.claim(ws.state, (0, 0), _ReprRaises())
