@@ -18,7 +18,7 @@ import numpy as np
 
 from ._checks import check_int, is_int
 from ._errors import InvalidTraceError
-from ._presenters import Presented, key_text, robust_repr
+from ._presenters import Presented, key_text, robust_repr, safe_repr
 from ._spec import MAX_BYTES
 from ._state import Slot
 
@@ -49,10 +49,10 @@ def dtype_label(dtype: Any) -> str:
 
 def check_slot(slot: Any, where: str, error: type[Exception]) -> Slot:
     if type(slot) is not tuple or len(slot) != 2:
-        raise error(f"{where} must be an (ubatch, lane) pair of ints, got {slot!r}.")
-    check_int(slot[0], f"{where}[0] (the ubatch)", error=error)
-    check_int(slot[1], f"{where}[1] (the lane)", error=error)
-    return slot
+        raise error(f"{where} must be an (ubatch, lane) pair of ints, got {safe_repr(slot)}.")
+    ubatch = check_int(slot[0], f"{where}[0] (the ubatch)", error=error)
+    lane = check_int(slot[1], f"{where}[1] (the lane)", error=error)
+    return (int(ubatch), int(lane))  # plain ints: an int subclass (an IntEnum) as its value
 
 
 @jax.tree_util.register_static
@@ -89,7 +89,9 @@ class TraceEvent(Presented):
             raise InvalidTraceError(
                 f"TraceEvent: kind must be one of {EVENT_KINDS}, got {self.kind!r}."
             )
-        check_slot(self.slot, "TraceEvent: slot", InvalidTraceError)
+        # plain ints (an IntEnum names itself in displays): the pair as check_slot returns it
+        slot = check_slot(self.slot, "TraceEvent: slot", InvalidTraceError)
+        object.__setattr__(self, "slot", slot)
         if type(self.views) is not tuple:
             raise InvalidTraceError(f"TraceEvent: views must be a tuple, got {self.views!r}.")
         for i, view in enumerate(self.views):
@@ -101,12 +103,14 @@ class TraceEvent(Presented):
                 f"TraceEvent: a retain has exactly one view, got {self.views!r}."
             )
         if self.kind == "acquire" and self.key is not None:
-            raise InvalidTraceError(f"TraceEvent: an acquire has no key, got {self.key!r}.")
+            raise InvalidTraceError(
+                f"TraceEvent: an acquire has no key, got {safe_repr(self.key)}."
+            )
         try:
             hash(self.key)
         except TypeError:
             raise InvalidTraceError(
-                f"TraceEvent: key must be hashable, got {self.key!r}."
+                f"TraceEvent: key must be hashable, got {safe_repr(self.key)}."
             ) from None
 
     @property

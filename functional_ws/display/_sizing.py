@@ -74,7 +74,7 @@ def trace_html(trace: Trace) -> str:
     for i, event in enumerate(trace.events[:SHOWN_HTML]):
         key = "" if event.kind == "acquire" else escape(key_text(event.key))
         rows.append(
-            f"<tr><td>{i}</td><td><code>{event.call}</code></td><td>{event.slot}</td>"
+            f"<tr><td>{i}</td><td><code>{event.call}</code></td><td>{escape(str(event.slot))}</td>"
             f"<td>{_views_html(event)}</td><td>{key}</td></tr>"
         )
     more = len(trace.events) - SHOWN_HTML
@@ -129,7 +129,7 @@ def shortfall_html(shortfall: Shortfall) -> str:
     """A shortfall as one line of HTML, exact bytes on hover."""
     head = (
         f"<b>event {shortfall.index}</b>, <code>{shortfall.call}</code> in slot "
-        f"{shortfall.slot}: {_views_html(shortfall.event)}"
+        f"{escape(str(shortfall.slot))}: {_views_html(shortfall.event)}"
     )
     if shortfall.event.kind == "claim":
         body = (

@@ -108,6 +108,46 @@ def test_a_key_whose_repr_raises_displays_a_placeholder():
         t.to_json()
 
 
+class _Marked(int):
+    """An int subclass whose repr is markup: what a slot may be (an IntEnum is one)."""
+
+    def __repr__(self):
+        return '<img src=x onerror="alert(1)">'
+
+
+class _Phase(enum.IntEnum):
+    DECODE = 1
+
+
+def test_a_slot_of_int_subclasses_is_kept_as_plain_ints_and_shown_escaped():
+    t = fws.Trace().acquire((_Marked(0), _Phase.DECODE), ((10,), U8))
+    event = t.events[0]
+    assert event.slot == (0, 1) and [type(i) for i in event.slot] == [int, int]
+    direct = fws.TraceEvent("acquire", (_Marked(0), _Phase.DECODE), ((10, "uint8"),))
+    assert [type(i) for i in direct.slot] == [int, int]
+    shortfall = fws.replay(fws.lock(fws.initial_state(num_lanes=2)), t)[0]
+    for html in (t._repr_html_(), shortfall._repr_html_()):
+        assert "<img" not in html and "DECODE" not in html and "(0, 1)" in html
+
+
+def test_a_key_whose_repr_raises_does_not_replace_the_trace_errors():
+    class Bad:
+        def __repr__(self):
+            raise RuntimeError("no")
+
+        __hash__ = None
+
+    with pytest.raises(fws.InvalidTraceError, match=r"an acquire has no key.*repr raised"):
+        fws.TraceEvent("acquire", (0, 0), (), _Hashable())
+    with pytest.raises(fws.InvalidTraceError, match=r"hashable.*repr raised RuntimeError"):
+        fws.TraceEvent("claim", (0, 0), (), [Bad()])
+
+
+class _Hashable:
+    def __repr__(self):
+        raise RuntimeError("no")
+
+
 # ----- JSON -----
 
 
