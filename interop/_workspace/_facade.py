@@ -780,12 +780,16 @@ class WorkspaceManager:
 
     @property
     def last_layouts(self) -> dict[tuple[int, int], fws.Layout]:
-        """Per slot, the layout of the last :meth:`get_simultaneous` (what pictures draw)."""
+        """Per slot, the layout of the last :meth:`get_simultaneous` (what pictures draw),
+        as the slot holds it now: planned again on the current state, so a call that grew
+        the slot shows no growth here (:meth:`recording`'s ``History`` keeps growths)."""
         return last_plans(self._engine.state, self._memos.acquired)
 
     @property
     def last_spans(self) -> dict[tuple[int, int], fws.Span]:
-        """Per slot, the span of the last :meth:`get_retained` (drawn intact or clobbered)."""
+        """Per slot, the span of the last :meth:`get_retained` (drawn intact or clobbered),
+        as the slot holds it now: a call that grew the slot shows no growth here
+        (:meth:`recording`'s ``History`` keeps growths)."""
         return last_plans(self._engine.state, self._memos.retained)
 
     def recording(self) -> AbstractContextManager[History]:

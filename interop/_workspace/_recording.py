@@ -21,11 +21,14 @@ to every recording active when it returns; recordings nest.
 from __future__ import annotations
 
 import functools
+import inspect
 import threading
 import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
+
+import torch
 
 from functional_ws import Slot
 
@@ -218,7 +221,23 @@ def _describe(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
 
 
 def _short(value: Any) -> str:
-    if callable(value) and not isinstance(value, type):
-        return getattr(value, "__name__", "<callable>")
-    text = repr(value).replace("torch.", "")
+    """``value`` as a call's text shows it, at most 60 characters: a function by its name,
+    a dtype without its ``torch.`` (in requests too), anything else (a key) by its repr."""
+    if inspect.isroutine(value) or isinstance(value, functools.partial):
+        return getattr(value, "__name__", None) or f"<{type(value).__name__}>"
+    text = _text(value)
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _text(value: Any) -> str:
+    """``repr(value)``, with each torch dtype and ``torch.Size`` in it (a request's
+    ``((8,), torch.float32)`` pairs) written without ``torch.``; a key's own text kept."""
+    kind = type(value)
+    if kind is torch.dtype or kind is torch.Size:
+        return repr(value).removeprefix("torch.")
+    if kind is tuple:
+        inner = ", ".join(map(_text, value))
+        return f"({inner},)" if len(value) == 1 else f"({inner})"
+    if kind is list:
+        return f"[{', '.join(map(_text, value))}]"
+    return repr(value)

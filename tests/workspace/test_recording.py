@@ -221,3 +221,21 @@ def test_hits_are_recorded_and_a_manager_not_recording_asks_nothing_on_its_hot_p
     assert ws._acquired_at is ws._memos.acquired_at
     assert ws._retained_at is ws._memos.retained_at
     assert ws._tables is ws._persistent.tables
+
+
+def test_a_call_text_keeps_the_users_keys_and_names_functions():
+    ws = WorkspaceManager("cpu")
+    module = torch.nn.Linear(2, 2)
+
+    def make_cache():
+        return {}
+
+    with ws.recording() as history:
+        ws.get_persistent_resource("torch.compile/cache", make_cache)
+        ws.get_persistent_resource(module, dict)
+        ws.get_simultaneous((torch.Size([2, 3]), torch.bfloat16))
+    assert [r.call for r in history[1:]] == [
+        "get_persistent_resource('torch.compile/cache', make_cache)",
+        f"get_persistent_resource({module!r}, {dict!r})",
+        "get_simultaneous((Size([2, 3]), bfloat16))",
+    ]
