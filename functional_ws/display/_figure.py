@@ -17,6 +17,18 @@ from typing import Any
 PLOT_EXTRA = "pip install 'functional-ws[plot]'"
 
 
+def literal(text: str) -> str:
+    """``text`` as matplotlib draws it literally: its ``$`` escaped, so that a key or a
+    call's text is never read as mathtext (``'$x$'`` drawn as an italic x, ``'$^$'`` an
+    error).
+
+    Example:
+        >>> literal("get_retained('$^$', ...)")
+        "get_retained('\\$^\\$', ...)"
+    """
+    return text.replace("$", r"\$")
+
+
 def new_figure(figsize: tuple[float, float], who: str) -> Any:
     """A matplotlib ``Figure`` of ``figsize`` inches that pyplot does not know.
 

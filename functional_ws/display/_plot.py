@@ -7,7 +7,7 @@ from typing import Any
 
 from .._layout import Layout, Span
 from .._state import Slot, WorkspaceState
-from ._figure import new_figure
+from ._figure import literal, new_figure
 from ._html import _check_state
 from ._picture import colour_keys, place, slot_pictures
 from ._text import describe_state, format_bytes
@@ -100,7 +100,7 @@ def plot(
         f"offset from the slot's base (views narrower than {MIN_VIEW_FRACTION:.0%} of the "
         "axis widened)"
     )
-    ax.set_title(f"{', '.join([title + ': ' + describe_state(state), *details])}", fontsize=9)
+    ax.set_title(literal(", ".join([title + ": " + describe_state(state), *details])), fontsize=9)
     handles: list[Any] = [
         Patch(color=key.colour, label=f"view: {key.dtype}" if key.dtype else key.meaning)
         for key in colour_keys(pictures)
@@ -126,5 +126,5 @@ def _label_views(ax: Any, pictures: Sequence[Any], placements: Sequence[Any]) ->
             room = (x1 - x0) / per_point - 4
             label = next((t for t in seg.short if len(t) * _CHAR_POINTS <= room), "")
             if label:
-                ax.text((x0 + x1) / 2, y + 0.06, label, ha="center", va="center",
+                ax.text((x0 + x1) / 2, y + 0.06, literal(label), ha="center", va="center",
                         fontsize=7, color="white")  # fmt: skip

@@ -11,7 +11,7 @@ from html import escape
 from typing import Any
 
 from .._state import Slot, WorkspaceState
-from ._figure import new_figure
+from ._figure import literal, new_figure
 from ._picture import COLOURS
 from ._text import counted, exact_bytes, format_bytes
 
@@ -228,7 +228,7 @@ def plot_timeline(states: Sequence[WorkspaceState], calls: Sequence[str] = ()) -
     last.set_xlim(0, max(n, 1))
     if len(calls) >= n and n <= 12 and all(len(c) <= 32 for c in calls[:n]):
         last.set_xticks([i + 0.5 for i in range(n)])
-        last.set_xticklabels(calls[:n], rotation=30, ha="right", fontsize=7)
+        last.set_xticklabels([literal(c) for c in calls[:n]], rotation=30, ha="right", fontsize=7)
     else:
         last.xaxis.set_major_locator(MaxNLocator(integer=True))
         last.set_xlabel("call (its index in the history)")

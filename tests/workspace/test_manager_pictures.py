@@ -188,6 +188,21 @@ def test_history_plot_draws_each_slot_over_the_calls():
     assert history.plot_capacity().axes[0].get_ylabel() == "slot (0, 0)"
 
 
+def test_keys_with_dollar_signs_are_drawn_as_written_not_as_mathtext():
+    ws = WorkspaceManager("cpu")
+    with ws.recording() as history:
+        ws.get_retained("$^$", (1,), torch.uint8)  # mathtext would refuse to parse it
+        ws.get_retained("$x$", (1,), torch.uint8)  # and draw this one as an italic x
+    fig = history.plot()
+    fig._repr_png_()  # drawn: every text laid out
+    labels = [t.get_text() for t in fig.axes[-1].get_xticklabels()]
+    assert labels[1:] == [
+        r"get_retained('\$^\$', (1,), uint8)",
+        r"get_retained('\$x\$', (1,), uint8)",
+    ]
+    ws.plot()._repr_png_()
+
+
 def test_recording_keeps_calls_states_and_refusals():
     ws = WorkspaceManager("cpu", num_ubatches=2)
     with ws.recording() as history:
