@@ -23,8 +23,8 @@ def literal(text: str) -> str:
     error).
 
     Example:
-        >>> literal("get_retained('$^$', ...)")
-        "get_retained('\\$^\\$', ...)"
+        >>> print(literal("get_retained('$^$', ...)"))
+        get_retained('\\$^\\$', ...)
     """
     return text.replace("$", r"\$")
 
