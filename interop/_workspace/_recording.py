@@ -193,12 +193,17 @@ class Recorder:
 
 
 def _outcome(err: BaseException) -> str:
-    """How a record names an error (its type, and its message where it has one)."""
+    """How a record names an error: its type, its message where it has one, and its notes
+    (a failed growth's says what became of the slot), one per line."""
     try:
         text = str(err)
     except Exception:
         text = ""
-    return f"{type(err).__name__}: {text}" if text else type(err).__name__
+    outcome = f"{type(err).__name__}: {text}" if text else type(err).__name__
+    notes = getattr(err, "__notes__", None)
+    if isinstance(notes, list):
+        outcome += "".join(f"\n{note}" for note in notes if isinstance(note, str))
+    return outcome
 
 
 def recorded(method: _F) -> _F:
