@@ -126,9 +126,9 @@ def safe_repr(value: object) -> str:
 
 
 def key_text(key: object) -> str:
-    """How displays write a key: as an installed namer names it, else its ``repr``; a key
-    whose ``repr`` (or namer) raises is written as a placeholder naming its type, so that a
-    display never raises for a key.
+    """How displays write a key: as an installed namer names it, else its ``repr``, cut at
+    :data:`KEY_CHARS` characters; a key whose ``repr`` (or namer) raises is written as a
+    placeholder naming its type, so that a display never raises for a key.
 
     Example:
         >>> class Odd:
@@ -143,8 +143,16 @@ def key_text(key: object) -> str:
         except Exception:
             text = None
         if text is not None:
-            return text
+            return _bounded(text)
     try:
-        return repr(key)
+        return _bounded(repr(key))
     except Exception as err:
         return f"<a key of type {type(key).__name__} whose repr raised {type(err).__name__}>"
+
+
+#: The most characters a display writes of one key (a key's repr may be megabytes).
+KEY_CHARS = 200
+
+
+def _bounded(text: str) -> str:
+    return text if len(text) <= KEY_CHARS else f"{text[: KEY_CHARS - 3]}..."

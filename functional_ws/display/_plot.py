@@ -10,7 +10,7 @@ from .._state import Slot, WorkspaceState
 from ._figure import literal, new_figure
 from ._html import _check_state
 from ._picture import colour_keys, place, slot_pictures
-from ._text import describe_state, format_bytes
+from ._text import describe_state, drawn_slots, format_bytes
 
 #: What the picture marks besides byte ranges, for the legend.
 HIGH_WATER = "high water: the largest request"
@@ -64,7 +64,9 @@ def plot(
         ['slot (0, 0)', 'slot (1, 0)']
     """
     _check_state(state, "plot")
-    pictures = slot_pictures(state, layouts, spans)
+    pictures, note = drawn_slots(slot_pictures(state, layouts, spans), lambda p: p.capacity > 0)
+    if note:
+        details = [*details, note]
     if ax is None:
         fig = new_figure((10, 0.9 + 0.55 * len(pictures)), "functional_ws.plot")
         ax = fig.add_subplot()

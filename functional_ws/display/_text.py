@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
 from .._presenters import key_text
 from .._state import WorkspaceState
 
@@ -13,15 +16,46 @@ def format_bytes(n: int) -> str:
         >>> from functional_ws.display import format_bytes
         >>> format_bytes(512), format_bytes(1536), format_bytes(3 * 2**30)
         ('512 B', '1.50 KiB', '3.00 GiB')
+        >>> format_bytes(2**20 - 1), format_bytes(2**62)  # rounded up into the next unit
+        ('1.00 MiB', '4.00 EiB')
     """
     if n < 1024:
         return f"{n} B"
     value = n / 1024
-    for unit in ("KiB", "MiB", "GiB", "TiB"):
-        if value < 1024 or unit == "TiB":
+    for unit in _UNITS:
+        if round(value, 2) < 1024 or unit == _UNITS[-1]:
             break
         value /= 1024
     return f"{value:.2f} {unit}"
+
+
+#: Binary units up to the largest a workspace can hold (below 2**63 bytes).
+_UNITS = ("KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
+#: The most slots a picture draws (those that held bytes first, kept in slot order).
+MAX_DRAWN = 16
+_T = TypeVar("_T")
+
+
+def drawn_slots(items: Sequence[_T], used: Callable[[_T], bool]) -> tuple[list[_T], str]:
+    """At most :data:`MAX_DRAWN` of ``items`` (one per slot, in slot order): those ``used``
+    says held bytes first, then the others, drawn in slot order; and a note on what is left
+    out (``""`` when nothing is).
+
+    Example:
+        >>> drawn, note = drawn_slots(list(range(40)), lambda i: i % 10 == 0)
+        >>> drawn[:5], len(drawn), note
+        ([0, 1, 2, 3, 4], 16, '24 more slots not drawn (all of them never held bytes)')
+    """
+    if len(items) <= MAX_DRAWN:
+        return list(items), ""
+    flags = [bool(used(item)) for item in items]
+    order = [i for i, f in enumerate(flags) if f] + [i for i, f in enumerate(flags) if not f]
+    chosen = set(order[:MAX_DRAWN])
+    left = [i for i in range(len(items)) if i not in chosen]
+    idle = sum(1 for i in left if not flags[i])
+    never = "all of them" if idle == len(left) else f"{idle} of them"
+    note = f"{counted(len(left), 'more slot')} not drawn ({never} never held bytes)"
+    return [items[i] for i in sorted(chosen)], note
 
 
 def exact_bytes(n: int) -> str:

@@ -13,7 +13,7 @@ from typing import Any
 from .._state import Slot, WorkspaceState
 from ._figure import literal, new_figure
 from ._picture import COLOURS
-from ._text import counted, exact_bytes, format_bytes
+from ._text import counted, drawn_slots, exact_bytes, format_bytes
 
 #: Line colours: capacity, high water and the growth marks.
 CAPACITY_COLOUR, HIGH_WATER_COLOUR, GROWTH_COLOUR = "#0072B2", "#000000", "#D55E00"
@@ -73,12 +73,36 @@ def timelines(states: Sequence[WorkspaceState]) -> list[SlotTimeline]:
     return result
 
 
+#: The most calls given a hover box of their own per slot (beyond it, a run of calls that
+#: changed nothing in the slot shares one), as at most ``MAX_DRAWN`` slots are drawn: a
+#: long recording on many slots stays a picture, not megabytes of SVG.
+MAX_HOVERS = 200
+
+
+def _runs(values: Sequence[Any]) -> list[tuple[int, int]]:
+    """``[start, stop)`` of each run of equal consecutive values.
+
+    Example:
+        >>> _runs([0, 0, 5, 5, 5, 0])
+        [(0, 2), (2, 5), (5, 6)]
+    """
+    runs, start = [], 0
+    for i in range(1, len(values) + 1):
+        if i == len(values) or values[i] != values[start]:
+            runs.append((start, i))
+            start = i
+    return runs
+
+
 def timeline_html(states: Sequence[WorkspaceState], calls: Sequence[str] = ()) -> str:
     """An SVG picture of :func:`timelines`: one strip per slot, the calls along the x axis.
 
     Every strip shares one byte scale (the largest capacity). Capacity is a blue step
     line, high water a dashed black one, the retained span a green band from its start
     to the capacity, and each growth an orange dot; hovering a call shows its figures.
+    At most ``MAX_DRAWN`` slots are drawn (those that held bytes first), and past
+    :data:`MAX_HOVERS` calls the calls that changed nothing in a slot share one hover box
+    there.
 
     Args:
         states: the states, in order (a history's ``[r.state for r in history]``).
@@ -95,6 +119,8 @@ def timeline_html(states: Sequence[WorkspaceState], calls: Sequence[str] = ()) -
     lines = timelines(states)
     if not lines:
         return "<i>no states recorded</i>"
+    lines, note = drawn_slots(lines, lambda t: any(t.capacity))
+    left_out = f"<div><i>... {escape(note)}</i></div>" if note else ""
     n = len(states)
     top = max(max(t.capacity) for t in lines) or 1
     plot_width = _SVG_WIDTH - _LEFT - _RIGHT
@@ -116,19 +142,22 @@ def timeline_html(states: Sequence[WorkspaceState], calls: Sequence[str] = ()) -
             f'</text><line x1="{_LEFT}" x2="{_LEFT + plot_width}" y1="{y1}" y2="{y1}" '
             f'stroke="#bbb"/>'
         )
-        for i, start in enumerate(t.retained):
-            if start is not None and t.capacity[i] > start:
+        figures = list(zip(t.capacity, t.high_water, t.retained, strict=True))
+        for a, b in _runs(figures):  # one band per run of the same span
+            capacity, _, start = figures[a]
+            if start is not None and capacity > start:
                 parts.append(
-                    f'<rect x="{x(i):.1f}" y="{y(t.capacity[i]):.1f}" width="{step:.1f}" '
-                    f'height="{y(start) - y(t.capacity[i]):.1f}" fill="{COLOURS["retained"]}" '
+                    f'<rect x="{x(a):.1f}" y="{y(capacity):.1f}" width="{(b - a) * step:.1f}" '
+                    f'height="{y(start) - y(capacity):.1f}" fill="{COLOURS["retained"]}" '
                     f'fill-opacity="0.35"/>'
                 )
         for values, colour, dash in (
             (t.capacity, CAPACITY_COLOUR, ""),
             (t.high_water, HIGH_WATER_COLOUR, ' stroke-dasharray="4 3"'),
         ):
-            points = " ".join(
-                f"{x(i):.1f},{y(v):.1f} {x(i + 1):.1f},{y(v):.1f}" for i, v in enumerate(values)
+            points = " ".join(  # a step line: a point where each run starts and ends
+                f"{x(a):.1f},{y(values[a]):.1f} {x(b):.1f},{y(values[a]):.1f}"
+                for a, b in _runs(values)
             )
             parts.append(
                 f'<polyline points="{points}" fill="none" stroke="{colour}" '
@@ -139,14 +168,19 @@ def timeline_html(states: Sequence[WorkspaceState], calls: Sequence[str] = ()) -
             f'fill="{GROWTH_COLOUR}"/>'
             for i in t.growths
         ]
-        for i in range(len(t.capacity)):
-            call = calls[i] if i < len(calls) else f"state {i}"
-            start = t.retained[i]
+        hovers = [(i, i + 1) for i in range(n)] if n <= MAX_HOVERS else _runs(figures)
+        for a, b in hovers:
+            capacity, high_water, start = figures[a]
+            if b - a == 1:
+                call = calls[a] if a < len(calls) else f"state {a}"
+                what = f"{a}: {call}"
+            else:
+                what = f"calls {a} to {b - 1} (no change here)"
             retained = "" if start is None else f", retained from {exact_bytes(start)}"
             parts.append(
-                f'<rect x="{x(i):.1f}" y="{y0}" width="{step:.1f}" height="{y1 - y0}" '
-                f'fill="transparent"><title>{i}: {escape(call)}: capacity '
-                f"{exact_bytes(t.capacity[i])}, high water {exact_bytes(t.high_water[i])}"
+                f'<rect x="{x(a):.1f}" y="{y0}" width="{(b - a) * step:.1f}" '
+                f'height="{y1 - y0}" fill="transparent"><title>{escape(what)}: capacity '
+                f"{exact_bytes(capacity)}, high water {exact_bytes(high_water)}"
                 f"{retained}</title></rect>"
             )
     axis = height - 8
@@ -169,7 +203,7 @@ def timeline_html(states: Sequence[WorkspaceState], calls: Sequence[str] = ()) -
         f'<span style="color:{GROWTH_COLOUR}">growth</span> (dot); one byte scale for every '
         "slot; hover a call for its figures</div>"
     )
-    return f"<div>{svg}{key}</div>"
+    return f"<div>{svg}{left_out}{key}</div>"
 
 
 def plot_timeline(states: Sequence[WorkspaceState], calls: Sequence[str] = ()) -> Any:
@@ -196,6 +230,7 @@ def plot_timeline(states: Sequence[WorkspaceState], calls: Sequence[str] = ()) -
     lines = timelines(states)
     if not lines:
         raise ValueError("plot_timeline needs at least one state, got none.")
+    lines, note = drawn_slots(lines, lambda t: any(t.capacity))
     from matplotlib.ticker import FuncFormatter, MaxNLocator, MultipleLocator
 
     fig = new_figure((9, 0.6 + 1.4 * len(lines)), "plot_timeline")
@@ -232,6 +267,7 @@ def plot_timeline(states: Sequence[WorkspaceState], calls: Sequence[str] = ()) -
     else:
         last.xaxis.set_major_locator(MaxNLocator(integer=True))
         last.set_xlabel("call (its index in the history)")
-    axes[0].set_title(f"capacity over {counted(n, 'state')}", fontsize=9)
+    title = f"capacity over {counted(n, 'state')}" + (f"; {note}" if note else "")
+    axes[0].set_title(title, fontsize=9)
     fig.tight_layout()
     return fig

@@ -35,8 +35,8 @@ class Record:
     error: str | None = None
     event: TraceEvent | None = dataclasses.field(default=None, repr=False)
 
-    def __str__(self) -> str:
-        outcome = f" -> {self.error}" if self.error else ""
+    def __str__(self) -> str:  # one line: the error's first (its notes stay in .error)
+        outcome = f" -> {self.error.partition(chr(10))[0]}" if self.error else ""
         return f"{self.call} in slot {self.slot}{outcome}"
 
     def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
@@ -190,22 +190,48 @@ class History(list[Record]):
         return history_html(self)
 
 
+#: The calls the HTML table lists: the first and the last half of this many, and a line
+#: saying how many between them are left out (a long recording stays a page, not megabytes).
+SHOWN_CALLS = 200
+
+
+def _outcome_html(history: Sequence[Record], i: int) -> str:
+    """What call ``i`` did: the error it raised, and what it changed (a failed growth
+    changes the state too)."""
+    record = history[i]
+    if i == 0:
+        return "<i>the starting state</i>"
+    changed = diff(history[i - 1].state, record.state)
+    parts = []
+    if record.error is not None:
+        error = escape(record.error).replace("\n", "<br>")
+        parts.append(f'<span style="color:#b00">{error}</span>')
+    if changed or record.error is None:
+        parts.append(escape(str(changed)).replace("\n", "<br>"))
+    return "<br>".join(parts)
+
+
 def history_html(history: Sequence[Record]) -> str:
     """A history as HTML: the capacity over time, then a table of the calls, the slot each
-    ran in and what it changed (or the error it raised)."""
+    ran in and what it changed (and the error it raised); at most :data:`SHOWN_CALLS` of
+    them, the first and the last."""
     if not history:
         return "<i>an empty history</i>"
     rows = []
-    for i, record in enumerate(history):
-        if record.error is not None:
-            outcome = f'<span style="color:#b00">{escape(record.error)}</span>'
-        elif i == 0:
-            outcome = "<i>the starting state</i>"
-        else:
-            outcome = escape(str(diff(history[i - 1].state, record.state))).replace("\n", "<br>")
+    half = SHOWN_CALLS // 2
+    left_out = len(history) - SHOWN_CALLS
+    for i in range(len(history)):
+        if left_out > 0 and half <= i < len(history) - half:
+            if i == half:
+                rows.append(
+                    f'<tr><td></td><td colspan="3"><i>... {counted(left_out, "call")} not '
+                    f"shown (history[{half}:{len(history) - half}])</i></td></tr>"
+                )
+            continue
+        record = history[i]
         rows.append(
             f'<tr><td style="text-align:right">{i}</td><td><code>{escape(record.call)}</code>'
-            f"</td><td>{escape(str(record.slot))}</td><td>{outcome}</td></tr>"
+            f"</td><td>{escape(str(record.slot))}</td><td>{_outcome_html(history, i)}</td></tr>"
         )
     cell = 'style="padding:1px 8px;text-align:left;border-bottom:1px solid #ccc"'
     table = (

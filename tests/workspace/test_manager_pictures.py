@@ -246,3 +246,65 @@ def test_picture_follows_repeated_retains():
     ws.get_retained("a", (16,), torch.uint8)  # a memoised request: the picture must follow
     assert ws.last_spans[(0, 0)].key == "a"
     assert "retained &#x27;a&#x27; (intact)" in ws._repr_html_()
+
+
+def test_a_failed_growth_shows_its_error_its_note_and_what_it_changed(monkeypatch):
+    from interop import _device
+
+    real, failing = _device.torch_block, [False]
+
+    def torch_block(nbytes, device):
+        if failing[0]:
+            failing[0] = False
+            raise MemoryError("out of memory, planted")
+        return real(nbytes, device)
+
+    monkeypatch.setattr(_device, "torch_block", torch_block)
+    ws = WorkspaceManager("cpu")
+    ws.get_simultaneous(((512,), torch.uint8))
+    ws.get_retained("kv", (16,), torch.uint8)
+    with ws.recording() as history:
+        failing[0] = True
+        with pytest.raises(MemoryError):
+            ws.get_simultaneous(((4096,), torch.uint8))
+    error = history[1].error
+    assert (
+        error.startswith("MemoryError: out of memory, planted\n")
+        and "retained span was dropped" in error
+    )
+    row = unescape(history._repr_html_().split("<tr>")[-1])
+    assert "out of memory, planted" in row and "retained span was dropped" in row
+    assert "retained 'kv'" in row and "→ none" in row  # what the failure changed, beside it
+    assert "\n" not in str(history[1])  # the compact listing keeps one line per call
+
+
+def test_a_long_recording_on_many_slots_stays_a_bounded_page():
+    ws = WorkspaceManager("cpu", num_ubatches=64, num_lanes=8)
+    with ws.recording() as history:
+        for i in range(1000):
+            with use_workspace_ubatch(i % 64):
+                ws.get_simultaneous(((i % 300 + 1,), torch.float32))
+    html = history._repr_html_()
+    assert len(html) < 200_000
+    assert html.count("<tr>") == 1 + 200 + 1  # header, the first and last 100 calls, the gap
+    assert "801 calls not shown (history[100:901])" in html
+    assert "496 more slots not drawn (448 of them never held bytes)" in html
+    assert html.count("slot (") >= 16 and '<text x="4"' in html
+    fig = history.plot()
+    assert len(fig.axes) == 16 and "496 more slots not drawn" in fig.axes[0].get_title()
+    assert len(ws.plot().axes[0].get_yticklabels()) == 16
+
+
+def test_a_key_with_a_huge_repr_is_cut_in_displays_not_in_errors():
+    class Huge:
+        def __repr__(self):
+            return "k" * 1_000_000
+
+    ws = WorkspaceManager("cpu")
+    ws.get_persistent_resource(Huge(), dict)
+    ws.get_retained(Huge(), (4,), torch.float32)
+    assert len(ws._repr_html_()) < 10_000 and "k" * 197 + "..." in ws._repr_html_()
+    ws.lock()
+    with pytest.raises(AssertionError) as info:
+        ws.get_persistent_resource(Huge(), dict)
+    assert "k" * 1_000_000 in str(info.value)  # the original's message, whole
