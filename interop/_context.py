@@ -13,9 +13,10 @@ works as in vLLM's tests); its default answers what the provider installed with
 
 from __future__ import annotations
 
+import contextlib
 import numbers
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextvars import ContextVar, Token
 from types import TracebackType
 from typing import Any
@@ -24,6 +25,7 @@ from functional_ws import InvalidSlotError, InvalidSlotTypeError
 from functional_ws._checks import check_int
 
 from ._compile import run_eagerly_under_compile
+from ._errors import SlotUnknownError
 
 #: ``(ubatch, lane)`` of the current execution context; ubatch ``None`` outside any
 #: :func:`use_workspace_ubatch` block (then the provider, or 0, says). One variable, not two:
@@ -238,10 +240,47 @@ def current_index(num_ubatches: int, num_lanes: int) -> int:
 def current_slot() -> tuple[int, int]:
     """The ``(ubatch, lane)`` the calling execution context works in.
 
+    Raises:
+        SlotUnknownError: (``RuntimeError``) inside :func:`slot_unknown` (a ``torch_call``
+            function XLA runs on a thread of its own).
+
     Example:
         >>> from interop import current_slot
         >>> current_slot()
         (0, 0)
     """
     ubatch, lane = SLOT.get()
+    if type(ubatch) is _Unknown:
+        raise SlotUnknownError(ubatch.why)
     return (provided_ubatch() if ubatch is None else ubatch), lane
+
+
+class _Unknown(int):
+    """The ubatch of code whose caller's slot cannot be known (:func:`slot_unknown`): an
+    int past every configured ubatch, so that the hot paths, which index by it, miss and
+    take their slow paths, which raise :class:`SlotUnknownError` (:func:`refuse_unknown`)."""
+
+    why: str
+
+    def __repr__(self) -> str:
+        return "<ubatch unknown>"
+
+
+def refuse_unknown(ubatch: object) -> None:
+    """Raise :class:`SlotUnknownError` where ``ubatch`` is :func:`slot_unknown`'s."""
+    if type(ubatch) is _Unknown:
+        raise SlotUnknownError(ubatch.why)
+
+
+@contextlib.contextmanager
+def slot_unknown(why: str) -> Iterator[None]:
+    """While the block runs, the current context's slot is unknown: every workspace
+    request in it raises :class:`SlotUnknownError` with ``why`` (what runs, and what to do
+    instead), rather than serve a slot another caller may be using."""
+    unknown = _Unknown(1 << 62)
+    unknown.why = why
+    token = SLOT.set((unknown, 0))
+    try:
+        yield
+    finally:
+        SLOT.reset(token)

@@ -247,6 +247,13 @@ class NestedCallError(TorchCallError, RuntimeError):
     reason = "nested"
 
 
+class SlotUnknownError(TorchCallError, RuntimeError):
+    """A workspace request inside a ``torch_call`` function that XLA runs on a thread of its
+    own (the caller's ubatch and lane, and its own use of the scratch, are unknown there)."""
+
+    reason = "slot-unknown"
+
+
 class JaxSettingError(HandoffError, ValueError):
     """An argument of ``configure_jax_for_sharing`` is out of range or inconsistent."""
 
@@ -487,7 +494,7 @@ PUBLIC_ERRORS: tuple[type[Exception], ...] = (
     TorchCallError, InvalidVmapMethodError, VmapNotAllowedError, ResultSpecError,
     ArgumentTypeError, ResultMismatchError, ResultStructureError, ResultShapeError,
     ResultDtypeError, ResultDeviceError, ResultLayoutError, InputModifiedError, InputWrittenError,
-    InputResizedError, NoGradientError, NestedCallError,
+    InputResizedError, NoGradientError, NestedCallError, SlotUnknownError,
     AllocatorError, UnknownAllocatorError, AllocatorNotCallableError, AllocationTypeError,
     AllocationNotTensorError, AllocationDtypeError, AllocationValueError, AllocationShapeError,
     AllocationSizeError, AllocationDeviceError, AllocationLayoutError,

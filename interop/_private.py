@@ -871,3 +871,17 @@ def autograd_function_apply(cls: Any) -> Callable[..., Any]:
         return apply(*[unwrap(a) if isinstance(a, tensor) else a for a in args])
 
     return fast_apply
+
+
+_DUMMY_THREAD = getattr(threading, "_DummyThread", None)
+
+
+def on_foreign_thread() -> bool:
+    """Whether the calling thread is one Python's ``threading`` did not start (it names
+    them ``Dummy-N``): one of XLA's, running a callback, or torch autograd's device thread.
+
+    Example:
+        >>> on_foreign_thread()
+        False
+    """
+    return type(threading.current_thread()) is _DUMMY_THREAD

@@ -90,6 +90,7 @@ from ._errors import ResultShapeError as ResultShapeError
 from ._errors import ResultSpecError as ResultSpecError
 from ._errors import ResultStructureError as ResultStructureError
 from ._errors import ShardedArrayError as ShardedArrayError
+from ._errors import SlotUnknownError as SlotUnknownError
 from ._errors import StreamDeviceError as StreamDeviceError
 from ._errors import StreamTypeError as StreamTypeError
 from ._errors import TorchCallError as TorchCallError
@@ -169,6 +170,7 @@ __all__ = [
     "ResultSpecError",
     "ResultStructureError",
     "ShardedArrayError",
+    "SlotUnknownError",
     "StreamDeviceError",
     "StreamTypeError",
     "TorchCallError",

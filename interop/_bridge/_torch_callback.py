@@ -15,7 +15,9 @@ included). Each failure is also kept here under a number printed in that message
 eager wrapper (``_torch_call.py``) can raise the original exception itself
 (:func:`original_failure`).
 
-Threads: the callback runs on the thread XLA runs it on (on CPU, the caller's: measured).
+Threads: the callback runs on the thread XLA runs it on: on CPU, the caller's where the
+inputs are computed when the computation is called (the eager wrapper waits for them),
+else a thread of XLA's own, where the workspace refuses to serve (:func:`_foreign_why`).
 While it runs ``fn``, :func:`inside` is true on that thread, and ``jax_call`` and
 ``torch_call`` functions refuse to start a JAX computation from there.
 """
@@ -41,6 +43,7 @@ import numpy as np
 import torch
 
 from .. import _private
+from .._context import slot_unknown
 from .._errors import (
     DroppedGradientWarning,
     InputResizedError,
@@ -151,12 +154,39 @@ def _aliases(buffers: Sequence[Any]) -> list[torch.Tensor]:
 def _call_fn(fn: Callable[..., Any], sig: Signature, tensors: list[torch.Tensor]) -> Any:
     _local.active = True
     try:
-        if sig.positional:
-            return fn(*tensors)
-        args, kwargs = jax.tree_util.tree_unflatten(sig.in_tree, tensors)
-        return fn(*args, **kwargs)
+        if _private.on_foreign_thread():  # XLA's own thread (see _foreign_why)
+            with slot_unknown(_foreign_why(sig)):
+                return _apply(fn, sig, tensors)
+        return _apply(fn, sig, tensors)
     finally:
         _local.active = False
+
+
+def _apply(fn: Callable[..., Any], sig: Signature, tensors: list[torch.Tensor]) -> Any:
+    if sig.positional:
+        return fn(*tensors)
+    args, kwargs = jax.tree_util.tree_unflatten(sig.in_tree, tensors)
+    return fn(*args, **kwargs)
+
+
+def _foreign_why(sig: Signature) -> str:
+    """Why a workspace request in ``fn`` on a thread Python did not start is refused.
+
+    XLA runs a callback on a thread of its own where the computation ran asynchronously
+    (under a caller's ``jax.jit``, an input still being computed when it was called), and
+    torch's autograd runs a CUDA backward on one. There the caller's slot, and what else
+    uses it meanwhile, are unknown (measured: two ubatch threads whose torch_call
+    functions ran there shared slot (0, 0) and overwrote each other's scratch)."""
+    return (
+        f"torch_call: {sig.name} asked the workspace for scratch while XLA runs it on a "
+        "thread of its own (the jitted computation that calls it started before its "
+        "inputs were computed, so XLA ran it later, off the caller's thread): the caller's "
+        "ubatch and lane are unknown there, and the caller's own code may be using that "
+        "slot's scratch meanwhile. Select the slot inside the function "
+        "(interop.use_workspace_ubatch / use_workspace_lane) where nothing else uses it "
+        "concurrently, wait for the inputs before the call (jax.block_until_ready), or "
+        "allocate the function's scratch with torch."
+    )
 
 
 def _batch_shape(sig: Signature, tensors: list[torch.Tensor]) -> tuple[int, ...]:

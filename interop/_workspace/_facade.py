@@ -33,7 +33,7 @@ from functional_ws import ViewSpec, WorkspaceState
 
 from .. import _context
 from .._compile import run_eagerly_under_compile
-from .._context import SLOT, current_slot, provided_ubatch
+from .._context import SLOT, current_slot, provided_ubatch, refuse_unknown
 from .._device import device_memory, normalize_device
 from .._diagnostics import debug_enabled, logger
 from . import _plans
@@ -377,6 +377,7 @@ class WorkspaceManager:
         ``torch.Size``, NumPy ints), or, when it has none, by the core, which explains what
         is wrong with it (a slot not configured included). And every request while a
         recording runs (:meth:`_route`), recorded here."""
+        refuse_unknown(slot[0])  # a torch_call function on XLA's thread: no slot to serve
         if self._records_here(self._acquired_at):  # in the slot found (read once)
 
             def served(*pairs: Any) -> list[torch.Tensor]:

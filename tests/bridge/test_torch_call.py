@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import _thread
+import threading
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -157,10 +160,100 @@ def test_scratch_from_the_workspace_inside_fn_is_on_the_inputs_device():
         interop.reset_workspace_manager()
 
 
+def _unfinished() -> jax.Array:
+    """16 floats still being computed when this returns (JAX dispatches asynchronously: a
+    1024-cubed matrix product takes tens of milliseconds here)."""
+    a = jnp.full((1024, 1024), 1 / 1024, F32)
+    return jnp.tanh(a @ a @ a).sum(0)[:16]
+
+
+@pytest.mark.usefixtures("path")
+def test_an_eager_call_on_an_input_still_computed_runs_fn_here_and_raises_its_error():
+    seen = []
+
+    def fn(x):
+        seen.append((interop.current_slot(), threading.current_thread()))
+        if len(seen) == 2:
+            raise ValueError("boom")
+        return x * 2
+
+    call = interop.torch_call(fn, spec((16,)))
+    _unfinished().block_until_ready()  # compiled: the next one is still running at the call
+    with interop.use_workspace_ubatch(1):
+        x = _unfinished()
+        np.testing.assert_allclose(call(x), 2 * np.asarray(x), rtol=1e-6)
+        with pytest.raises(ValueError, match="boom"):  # here, not when the result is read
+            call(_unfinished())
+    assert seen == [((1, 0), threading.current_thread())] * 2
+
+
+@pytest.mark.usefixtures("path")
+def test_under_jit_fn_run_on_xlas_own_thread_gets_no_scratch_rather_than_a_guessed_slot():
+    interop.init_workspace_manager("cpu", num_ubatches=2)
+    try:
+        threads = []
+
+        def fn(x):
+            threads.append(threading.current_thread())
+            (scratch,) = interop.current_workspace_manager().get_simultaneous(((16,), x.dtype))
+            scratch.copy_(x)
+            return scratch * 2
+
+        call = jax.jit(interop.torch_call(fn, spec((16,))))
+        call(_unfinished().block_until_ready())  # both compiled: the next call dispatches
+        with interop.use_workspace_ubatch(1):
+            x = _unfinished()
+            try:
+                out = np.asarray(call(x))
+            except Exception as err:  # XLA ran fn later, on a thread of its own
+                assert "SlotUnknownError" in str(err) and "use_workspace_ubatch" in str(err)
+                assert threads[-1] is not threading.current_thread()
+            else:  # XLA ran fn now, here: in ubatch 1, as asked
+                assert threads[-1] is threading.current_thread()
+                np.testing.assert_allclose(out, 2 * np.asarray(x), rtol=1e-6)
+    finally:
+        interop.reset_workspace_manager()
+
+
+def test_a_function_on_a_thread_python_did_not_start_selects_its_slot_itself():
+    """A thread ``_thread`` starts is one ``threading`` did not (as XLA's are)."""
+    interop.init_workspace_manager("cpu", num_ubatches=2)
+    done, found = threading.Event(), []
+    sig = _torch_callback.Signature(
+        "fn", None, ("[0]",), ((2,),), None, ("",), ((2,),), (torch.float32,)
+    )
+    sig.__dict__["positional"] = True
+
+    def fn(x):
+        try:
+            interop.current_workspace_manager().get_simultaneous(((2,), torch.float32))
+        except interop.errors.SlotUnknownError as err:
+            found.append(str(err))
+        with interop.use_workspace_ubatch(1):  # chosen by the function: served
+            found.extend(
+                interop.current_workspace_manager().get_simultaneous(((2,), torch.float32))
+            )
+        return x
+
+    def run():
+        try:
+            _torch_callback._call_fn(fn, sig, [torch.ones(2)])
+        finally:
+            done.set()
+
+    try:
+        _thread.start_new_thread(run, ())
+        assert done.wait(30)
+        assert "ubatch and lane are unknown" in found[0] and found[1].shape == (2,)
+    finally:
+        interop.reset_workspace_manager()
+
+
 @pytest.mark.usefixtures("path")
 def test_fn_sees_the_callers_ubatch_and_lane():
-    """On CPU XLA runs the callback on the calling thread, so the caller's slot context
-    reaches fn (on a GPU this is checked by benchmarks/gpu_check.py)."""
+    """Inputs computed, XLA runs the callback on the calling thread (on CPU), so the
+    caller's slot context reaches fn (on a GPU this is checked by
+    benchmarks/gpu_check.py); otherwise see the test above."""
     slots = []
 
     def fn(x):

@@ -70,6 +70,7 @@ INTEROP_ERRORS_NAMES = {
     "ReplanLimitError", "ResultDeviceError", "ResultDtypeError", "ResultLayoutError",
     "ResultMismatchError",
     "ResultShapeError", "ResultSpecError", "ResultStructureError", "ShardedArrayError",
+    "SlotUnknownError",
     "StreamDeviceError", "StreamTypeError", "TorchCallError", "TraceMismatchError",
     "TraceTypeError", "UbatchNotConfiguredError",
     "UnknownAllocatorError", "UnknownDeviceError", "UnsupportedDtypeError",

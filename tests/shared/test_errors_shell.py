@@ -58,6 +58,7 @@ NOT_REFUSALS = {
     interop.errors.InputResizedError: RuntimeError,
     interop.errors.NoGradientError: RuntimeError,
     interop.errors.NestedCallError: RuntimeError,
+    interop.errors.SlotUnknownError: RuntimeError,
 }
 # The builtin each other error also is: what the original (or torch) raises there.
 OTHER_BASES = {
