@@ -247,6 +247,13 @@ class NestedCallError(TorchCallError, RuntimeError):
     reason = "nested"
 
 
+class HigherOrderError(TorchCallError, ValueError):
+    """JAX asked for the derivative of a ``torch_call`` function's backward (``jax.grad``
+    of ``jax.grad``, ``jax.hessian``): it is differentiable once, in reverse mode."""
+
+    reason = "higher-order"
+
+
 class SlotUnknownError(TorchCallError, RuntimeError):
     """A workspace request inside a ``torch_call`` function that XLA runs on a thread of its
     own (the caller's ubatch and lane, and its own use of the scratch, are unknown there)."""
@@ -494,7 +501,7 @@ PUBLIC_ERRORS: tuple[type[Exception], ...] = (
     TorchCallError, InvalidVmapMethodError, VmapNotAllowedError, ResultSpecError,
     ArgumentTypeError, ResultMismatchError, ResultStructureError, ResultShapeError,
     ResultDtypeError, ResultDeviceError, ResultLayoutError, InputModifiedError, InputWrittenError,
-    InputResizedError, NoGradientError, NestedCallError, SlotUnknownError,
+    InputResizedError, NoGradientError, NestedCallError, SlotUnknownError, HigherOrderError,
     AllocatorError, UnknownAllocatorError, AllocatorNotCallableError, AllocationTypeError,
     AllocationNotTensorError, AllocationDtypeError, AllocationValueError, AllocationShapeError,
     AllocationSizeError, AllocationDeviceError, AllocationLayoutError,

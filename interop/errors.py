@@ -65,6 +65,7 @@ from ._errors import FunctionNotCallableError as FunctionNotCallableError
 from ._errors import GradientTrackedError as GradientTrackedError
 from ._errors import GrowthDuringCaptureError as GrowthDuringCaptureError
 from ._errors import HandoffError as HandoffError
+from ._errors import HigherOrderError as HigherOrderError
 from ._errors import InputModifiedError as InputModifiedError
 from ._errors import InputResizedError as InputResizedError
 from ._errors import InputWrittenError as InputWrittenError
@@ -132,6 +133,7 @@ __all__ = [
     "GradientTrackedError",
     "GrowthDuringCaptureError",
     "HandoffError",
+    "HigherOrderError",
     "InputModifiedError",
     "InputResizedError",
     "InputWrittenError",

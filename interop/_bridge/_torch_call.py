@@ -24,6 +24,7 @@ from jax.custom_derivatives import SymbolicZero
 from .._errors import (
     ArgumentTypeError,
     FunctionNotCallableError,
+    HigherOrderError,
     InvalidVmapMethodError,
     ResultSpecError,
     UnsupportedDtypeError,
@@ -233,6 +234,26 @@ def _floating(dtype: Any) -> bool:
     return bool(jnp.issubdtype(dtype, jnp.inexact))
 
 
+def _first_order(call: Callable[..., Any], name: str) -> Callable[..., Any]:
+    """``call`` (a callback of the gradient's rules), refusing to be differentiated with a
+    :class:`HigherOrderError` naming ``name``, wherever JAX asks (JAX's own error there
+    is about its callbacks, not torch_call, and names no way out)."""
+    guarded = jax.custom_jvp(call)
+
+    def refuse(primals: Any, tangents: Any) -> Any:
+        raise HigherOrderError(
+            f"torch_call({name}) is differentiable once, in reverse mode: JAX asked for the "
+            "derivative of its backward (jax.grad of jax.grad, jax.hessian, jax.jvp of a "
+            "gradient), which runs torch.autograd.grad inside a callback JAX cannot "
+            "differentiate. Compute the higher derivative in torch inside fn "
+            "(torch.func.grad, or torch.autograd.grad with create_graph=True) and return "
+            "it as a result, or write that part in JAX."
+        )
+
+    guarded.defjvp(refuse)
+    return guarded
+
+
 def _differentiable(
     fn: Callable[..., Any],
     sig: Signature,
@@ -266,7 +287,8 @@ def _differentiable(
         values = tuple(p.value for p in primals)
         # Which inputs JAX differentiates, carried as the residuals' structure (static).
         marks = tuple(() if p.perturbed and _floating(p.value.dtype) else None for p in primals)
-        return forward(*values), (values, marks)
+        # Its callback guarded too: a second derivative differentiates this rule as well.
+        return _first_order(forward, sig.name)(*values), (values, marks)
 
     def backward(residuals: Any, cotangents: tuple[Any, ...]) -> tuple[Any, ...]:
         values, marks = residuals
@@ -298,7 +320,7 @@ def _differentiable(
                 grad_specs,
                 backward_vmap,
             )
-        grads = call(*values, *(cotangents[i] for i in cotangent_of))
+        grads = _first_order(call, sig.name)(*values, *(cotangents[i] for i in cotangent_of))
         found: list[Any] = [None] * len(values)
         for index, grad in zip(wanted, grads, strict=True):
             found[index] = grad

@@ -282,3 +282,28 @@ def test_fn_may_compute_torch_gradients_inside_in_the_forward():
 
     layer = jax.jit(interop.torch_call(inner_gradient, lambda x: x))
     np.testing.assert_allclose(layer(jnp.array([1.0, 2.0], F32)), [3.0, 12.0])
+
+
+@pytest.mark.usefixtures("path")
+@pytest.mark.parametrize(
+    "second",
+    [
+        lambda f: jax.hessian(f),
+        lambda f: jax.hessian(jax.jit(f)),
+        lambda f: jax.jit(jax.hessian(f)),
+        lambda f: jax.grad(lambda x: jax.grad(f)(x).sum()),
+        lambda f: jax.grad(lambda x: jax.grad(jax.jit(f))(x).sum()),
+    ],
+    ids=["hessian", "hessian-of-jit", "jit-of-hessian", "grad-of-grad", "grad-of-grad-of-jit"],
+)
+def test_a_second_derivative_is_refused_naming_torch_call_and_the_way_out(second):
+    call = interop.torch_call(torch.sin, spec((3,)))
+
+    def f(x):
+        return call(x).sum()
+
+    np.testing.assert_allclose(jax.grad(f)(jnp.ones(3, F32)), np.cos(np.ones(3)), rtol=1e-6)
+    with pytest.raises(
+        errors.HigherOrderError, match=r"torch_call\(.*sin\) is differentiable once"
+    ):
+        second(f)(jnp.ones(3, F32))

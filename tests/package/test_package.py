@@ -58,7 +58,7 @@ INTEROP_ERRORS_NAMES = {
     "GrowthDuringCaptureError", "HandoffError",
     "InputModifiedError", "InputResizedError", "InputWrittenError", "InvalidConfigError",
     "InvalidConfigTypeError", "InvalidSlotTypeError", "InvalidDtypeError", "InvalidShapeError",
-    "InvalidRequestError",
+    "InvalidRequestError", "HigherOrderError",
     "NegativeDimError",
     "InvalidPlanError", "InvalidSlotError", "InvalidSpecError", "InvalidVmapMethodError",
     "JaxAlreadyStartedError", "JaxPreallocationWarning", "JaxSettingError",

@@ -59,6 +59,7 @@ NOT_REFUSALS = {
     interop.errors.NoGradientError: RuntimeError,
     interop.errors.NestedCallError: RuntimeError,
     interop.errors.SlotUnknownError: RuntimeError,
+    interop.errors.HigherOrderError: ValueError,
 }
 # The builtin each other error also is: what the original (or torch) raises there.
 OTHER_BASES = {
