@@ -42,6 +42,7 @@ from ._errors import PersistentKeyLockedError as PersistentKeyLockedError
 from ._errors import TraceMismatchError as TraceMismatchError
 from ._errors import TraceTypeError as TraceTypeError
 from ._errors import UbatchNotConfiguredError as UbatchNotConfiguredError
+from ._errors import UnhashableKeyError as UnhashableKeyError
 from ._errors import WorkspaceError as WorkspaceError
 from ._errors import WorkspaceLockedError as WorkspaceLockedError
 from ._growth import after_failed_growth as after_failed_growth
@@ -104,6 +105,7 @@ __all__ = [
     "TraceMismatchError",
     "TraceTypeError",
     "UbatchNotConfiguredError",
+    "UnhashableKeyError",
     "ViewSpec",
     "WorkspaceError",
     "WorkspaceLockedError",

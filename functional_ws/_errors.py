@@ -35,6 +35,11 @@ class NegativeDimError(InvalidShapeError, RuntimeError):
     from a grown slot as a view of the wrong size)."""
 
 
+class UnhashableKeyError(InvalidSpecError, TypeError):
+    """A key that cannot be hashed (a list, a dict): a ``TypeError`` as well, as the
+    original's persistent-resource lookup raises one (``key not in resources``)."""
+
+
 class InvalidDtypeError(InvalidSpecError, TypeError, AttributeError):
     """A dtype the workspace cannot make views of (a string, ``None``, a NumPy dtype where
     torch's is needed): a ``TypeError`` and an ``AttributeError`` as well, as the original
@@ -183,6 +188,7 @@ for _error in (
     InvalidSpecError,
     InvalidShapeError,
     NegativeDimError,
+    UnhashableKeyError,
     InvalidDtypeError,
     InvalidRequestError,
     InvalidConfigError,

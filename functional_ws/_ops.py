@@ -29,6 +29,7 @@ from ._errors import (
     InvalidSlotError,
     InvalidSpecError,
     PersistentKeyLockedError,
+    UnhashableKeyError,
     WorkspaceLockedError,
 )
 from ._layout import Growth, Layout, Span, make_layout
@@ -423,7 +424,7 @@ def _check_key(key: Hashable, argname: str) -> None:
     try:
         hash(key)
     except TypeError:
-        raise InvalidSpecError(f"{argname} must be hashable, got {safe_repr(key)}.") from None
+        raise UnhashableKeyError(f"{argname} must be hashable, got {safe_repr(key)}.") from None
 
 
 def retain(

@@ -12,7 +12,7 @@ from functional_ws import WorkspaceError as WorkspaceError
 from functional_ws import WorkspaceLockedError as WorkspaceLockedError
 from functional_ws import _public
 
-from . import _module_api
+from . import _context, _module_api
 from . import errors as errors
 from ._bridge._handoff import to_jax as to_jax
 from ._bridge._handoff import to_torch as to_torch
@@ -77,6 +77,8 @@ _public.publish(__name__, globals(), __all__)
 #: The process-wide manager (vLLM's module attribute: its tests patch it). The module-level
 #: functions read it when called; ``init_workspace_manager`` sets it.
 _manager: WorkspaceManager | None = None
+#: vLLM's module attribute of the same name (a ``ContextVar`` of the lane; its tests read it).
+_workspace_lane = _context.workspace_lane
 
 # The package's class tells the slot selection when dbo_current_ubatch_id is replaced.
 _sys.modules[__name__].__class__ = _module_api.WorkspaceModule

@@ -14,18 +14,21 @@ works as in vLLM's tests); its default answers what the provider installed with
 from __future__ import annotations
 
 import contextlib
+import functools
 import numbers
 import operator
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar, Token
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 from functional_ws import InvalidSlotError, InvalidSlotTypeError
 from functional_ws._checks import check_int
 
 from ._compile import run_eagerly_under_compile
 from ._errors import SlotUnknownError
+
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 #: ``(ubatch, lane)`` of the current execution context; ubatch ``None`` outside any
 #: :func:`use_workspace_ubatch` block (then the provider, or 0, says). One variable, not two:
@@ -109,6 +112,39 @@ class _Selection:
         assert self._token is not None
         SLOT.reset(self._token)
         self._token = None
+
+    def __call__(self, function: _F) -> _F:
+        """As a decorator (the original's ``@contextmanager`` is one): ``function`` runs
+        in this selection, a fresh one per call (so calls may nest and overlap)."""
+
+        @functools.wraps(function)
+        def selected(*args: Any, **kwargs: Any) -> Any:
+            with _Selection(self._part, self._value):
+                return function(*args, **kwargs)
+
+        return selected  # type: ignore[return-value]
+
+
+class _LaneVariable:
+    """vLLM's module attribute ``_workspace_lane`` (a ``ContextVar`` of the lane, which its
+    tests read and set): the lane half of :data:`SLOT`, with a ``ContextVar``'s three
+    methods. A lane set here is checked at the next request, as there."""
+
+    def get(self) -> int:
+        return SLOT.get()[1]
+
+    def set(self, lane: int) -> Token[tuple[int | None, int]]:
+        return SLOT.set((SLOT.get()[0], lane))
+
+    def reset(self, token: Token[tuple[int | None, int]]) -> None:
+        SLOT.reset(token)
+
+    def __repr__(self) -> str:
+        return f"<the workspace lane of this context: {self.get()!r}>"
+
+
+#: ``interop._workspace_lane`` (see :class:`_LaneVariable`).
+workspace_lane = _LaneVariable()
 
 
 def use_workspace_lane(lane: int) -> _Selection:

@@ -34,6 +34,7 @@ from functional_ws import PersistentKeyLockedError as PersistentKeyLockedError
 from functional_ws import TraceMismatchError as TraceMismatchError
 from functional_ws import TraceTypeError as TraceTypeError
 from functional_ws import UbatchNotConfiguredError as UbatchNotConfiguredError
+from functional_ws import UnhashableKeyError as UnhashableKeyError
 from functional_ws import WorkspaceError as WorkspaceError
 from functional_ws import WorkspaceLockedError as WorkspaceLockedError
 from functional_ws import _public
@@ -179,6 +180,7 @@ __all__ = [
     "TraceMismatchError",
     "TraceTypeError",
     "UbatchNotConfiguredError",
+    "UnhashableKeyError",
     "UnknownAllocatorError",
     "UnknownDeviceError",
     "UnsupportedDtypeError",

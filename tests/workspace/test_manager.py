@@ -219,6 +219,47 @@ def test_lane_validation():
         WorkspaceManager(DEVICE, num_lanes=0)
 
 
+def test_a_selection_decorates_a_function_and_enters_again_as_the_originals_does():
+    @use_workspace_lane(1)
+    def inner():
+        return interop.current_slot()
+
+    @use_workspace_ubatch(1)
+    def outer():
+        return interop.current_slot(), inner()
+
+    assert outer() == ((1, 0), (1, 1)) and inner() == (0, 1)
+    assert interop.current_slot() == (0, 0)
+    selection = use_workspace_lane(1)
+    for _ in range(2):  # entered again after it exited
+        with selection:
+            assert interop.current_slot() == (0, 1)
+    assert interop.current_slot() == (0, 0)
+
+
+def test_the_module_lane_variable_reads_and_sets_the_lane_as_vllms_does():
+    ws = manager(num_lanes=2)
+    assert interop._workspace_lane.get() == 0
+    with use_workspace_lane(1):
+        assert interop._workspace_lane.get() == 1
+    token = interop._workspace_lane.set(1)
+    try:
+        assert interop.current_slot() == (0, 1)
+        ws.get_simultaneous(((64,), U8))
+    finally:
+        interop._workspace_lane.reset(token)
+    assert interop.current_slot() == (0, 0) and [s.capacity for s in ws.state.slots] == [0, 256]
+
+
+def test_an_unhashable_persistent_key_is_a_type_error_as_in_the_original():
+    ws, original = manager(), OriginalAlgorithmManager()
+    for target in (ws, original):
+        with pytest.raises(TypeError):
+            target.get_persistent_resource(["x"], dict)
+        with pytest.raises(TypeError):
+            target.get_persistent(["x"], (2,), F32)
+
+
 def test_ubatch_provider_is_used_outside_ubatch_blocks():
     ws = manager(num_ubatches=2)
     previous = interop.set_ubatch_provider(lambda: 1)
