@@ -234,10 +234,6 @@ def _floating(dtype: Any) -> bool:
     return bool(jnp.issubdtype(dtype, jnp.inexact))
 
 
-#: The residual holding torch's generator state (``_torch_callback.RNG_BYTES``).
-_RNG_SPEC = jax.ShapeDtypeStruct((_torch_callback.RNG_BYTES,), jnp.uint8)  # type: ignore[no-untyped-call]
-
-
 def _first_order(call: Callable[..., Any], name: str) -> Callable[..., Any]:
     """``call`` (a callback of the gradient's rules), refusing to be differentiated with a
     :class:`HigherOrderError` naming ``name``, wherever JAX asks (JAX's own error there
@@ -276,15 +272,14 @@ def _differentiable(
     if backward_vmap is None:
         backward_vmap = "sequential"
 
-    def forward(*values: Any, keeps_rng: bool = False) -> tuple[Any, ...]:
-        outputs = [*specs, _RNG_SPEC] if keeps_rng else specs
+    def forward(*values: Any) -> tuple[Any, ...]:
         if buffers:
             call = _torch_callback.call_buffers(
-                _torch_callback.forward_buffers(fn, sig, keeps_rng), outputs, vmap_method
+                _torch_callback.forward_buffers(fn, sig), specs, vmap_method
             )
         else:
             call = _torch_callback.call_host(
-                _torch_callback.forward_host(fn, sig, keeps_rng), outputs, vmap_method
+                _torch_callback.forward_host(fn, sig), specs, vmap_method
             )
         return tuple(call(*values))
 
@@ -292,14 +287,11 @@ def _differentiable(
         values = tuple(p.value for p in primals)
         # Which inputs JAX differentiates, carried as the residuals' structure (static).
         marks = tuple(() if p.perturbed and _floating(p.value.dtype) else None for p in primals)
-        # Torch's generator state before fn ran is kept for the backward, which runs fn
-        # again from it (the same dropout mask); the callback is guarded too: a second
-        # derivative differentiates this rule as well.
-        *results, rng = _first_order(functools.partial(forward, keeps_rng=True), sig.name)(*values)
-        return tuple(results), (values, marks, rng)
+        # Its callback guarded too: a second derivative differentiates this rule as well.
+        return _first_order(forward, sig.name)(*values), (values, marks)
 
     def backward(residuals: Any, cotangents: tuple[Any, ...]) -> tuple[Any, ...]:
-        values, marks, rng = residuals
+        values, marks = residuals
         # JAX may hand the forward another trace's flags of what it differentiates (a
         # custom_vjp forward traced for one input's gradient, reused for another's: the
         # gradient came back zero through lax.cond, checkpoint, scan or vmap, on jax
@@ -318,18 +310,17 @@ def _differentiable(
         grad_specs = [_spec(values[i].shape, values[i].dtype) for i in wanted]
         if buffers:
             call = _torch_callback.call_buffers(
-                _torch_callback.backward_buffers(fn, sig, wanted, cotangent_of, required, True),
+                _torch_callback.backward_buffers(fn, sig, wanted, cotangent_of, required),
                 grad_specs,
                 backward_vmap,
             )
         else:
             call = _torch_callback.call_host(
-                _torch_callback.backward_host(fn, sig, wanted, cotangent_of, required, True),
+                _torch_callback.backward_host(fn, sig, wanted, cotangent_of, required),
                 grad_specs,
                 backward_vmap,
             )
-        operands = (*values, *(cotangents[i] for i in cotangent_of), rng)
-        grads = _first_order(call, sig.name)(*operands)
+        grads = _first_order(call, sig.name)(*values, *(cotangents[i] for i in cotangent_of))
         found: list[Any] = [None] * len(values)
         for index, grad in zip(wanted, grads, strict=True):
             found[index] = grad

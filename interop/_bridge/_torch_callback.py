@@ -35,7 +35,7 @@ import traceback
 import warnings
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any, NoReturn
 
 import jax
@@ -543,30 +543,8 @@ def _write(targets: list[torch.Tensor], values: list[torch.Tensor]) -> None:
         target.copy_(value)
 
 
-#: The bytes of torch's CPU random generator's state: what a differentiated forward keeps
-#: (its last output) for the backward, which runs ``fn`` again from that state, so that
-#: both draw the same random numbers (a dropout's mask).
-RNG_BYTES = int(torch.get_rng_state().numel())
-
-
-@contextlib.contextmanager
-def _replaying(state: torch.Tensor | None) -> Iterator[None]:
-    """Torch's CPU generator set to ``state`` (a forward's, one per row where ``jax.vmap``
-    gave it leading axes: every row of one call is the same) while the block runs, and
-    restored after it (the backward draws nothing of the caller's stream)."""
-    if state is None:
-        yield
-        return
-    with torch.random.fork_rng(devices=[]):
-        torch.set_rng_state(state.reshape(-1, RNG_BYTES)[0].to("cpu", copy=True))
-        yield
-
-
-def forward_buffers(
-    fn: Callable[..., Any], sig: Signature, keeps_rng: bool = False
-) -> Callable[..., None]:
-    """The ``buffer_callback`` body of a forward call; with ``keeps_rng``, its last output
-    receives torch's CPU generator state from before ``fn`` ran (:data:`RNG_BYTES`)."""
+def forward_buffers(fn: Callable[..., Any], sig: Signature) -> Callable[..., None]:
+    """The ``buffer_callback`` body of a forward call."""
 
     def callback(ctx: Any, outs: Sequence[Any], *ins: Any) -> None:
         try:
@@ -576,17 +554,12 @@ def forward_buffers(
                 # helper and its null context measured 0.9 µs of 14)
                 targets = [_from_capsule(b.__dlpack__()) for b in outs]
                 tensors = [_from_capsule(b.__dlpack__()) for b in ins]
-            state = None
-            if keeps_rng:
-                state, targets = torch.get_rng_state(), targets[:-1]
             device = (targets or tensors)[0].device if targets or tensors else _CPU
             if device.type != "cuda":
                 _write(targets, run_forward(fn, sig, tensors, device))
             else:  # pragma: no cover - CUDA: benchmarks/gpu_check.py
                 with _on_xla_stream(ctx, device):
                     _write(targets, run_forward(fn, sig, tensors, device))
-            if state is not None:  # every row alike where vmap gave it leading axes
-                _from_capsule(outs[-1].__dlpack__()).copy_(state)
         except BaseException as err:  # Ctrl-C and sys.exit too: raised as they are
             _fail(sig, err)
 
@@ -599,21 +572,17 @@ def backward_buffers(
     wanted: Sequence[int],
     cotangent_of: Sequence[int],
     required: Collection[int],
-    replays_rng: bool = False,
 ) -> Callable[..., None]:
     """The ``buffer_callback`` body of a backward call: inputs are the primal inputs, then
-    the cotangents of the results ``cotangent_of`` (then, with ``replays_rng``, the
-    forward's generator state, from which ``fn`` runs again); outputs the gradients of
-    ``wanted``."""
+    the cotangents of the results ``cotangent_of``; outputs the gradients of ``wanted``."""
     count = len(sig.in_paths)
 
     def callback(ctx: Any, outs: Sequence[Any], *ins: Any) -> None:
         try:
             targets, tensors = _aliases(outs), _aliases(ins)
-            state = tensors.pop() if replays_rng else None
             device = targets[0].device
             primals, cts = tensors[:count], dict(zip(cotangent_of, tensors[count:], strict=True))
-            with _outside_inference(), _replaying(state):
+            with _outside_inference():
                 if device.type != "cuda":
                     grads = run_backward(fn, sig, primals, wanted, cts, device, required)
                     _write(targets, grads)
@@ -653,22 +622,13 @@ def _host_array(tensor: torch.Tensor) -> np.ndarray[Any, Any]:
     return tensor.view(_UINTS[tensor.element_size()]).numpy().view(dtype)
 
 
-def forward_host(
-    fn: Callable[..., Any], sig: Signature, keeps_rng: bool = False
-) -> Callable[..., Any]:
-    """The ``pure_callback`` body of a forward call (the fallback: copies both ways);
-    ``keeps_rng`` as for :func:`forward_buffers` (one state per call: under ``jax.vmap``
-    the fallback runs per element or broadcasts it)."""
+def forward_host(fn: Callable[..., Any], sig: Signature) -> Callable[..., Any]:
+    """The ``pure_callback`` body of a forward call (the fallback: copies both ways)."""
 
     def callback(*arrays: Any) -> tuple[np.ndarray[Any, Any], ...]:
         try:
             tensors = [_host_tensor(a) for a in arrays]
-            state = torch.get_rng_state() if keeps_rng else None
-            results = tuple(map(_host_array, run_forward(fn, sig, tensors, _CPU)))
-            if state is None:
-                return results
-            batch = _batch_shape(sig, tensors) if sig.mapped else ()
-            return (*results, np.broadcast_to(state.numpy(), (*batch, RNG_BYTES)).copy())
+            return tuple(map(_host_array, run_forward(fn, sig, tensors, _CPU)))
         except BaseException as err:  # Ctrl-C and sys.exit too: raised as they are
             _fail(sig, err)
 
@@ -681,18 +641,15 @@ def backward_host(
     wanted: Sequence[int],
     cotangent_of: Sequence[int],
     required: Collection[int],
-    replays_rng: bool = False,
 ) -> Callable[..., Any]:
-    """The ``pure_callback`` body of a backward call (the fallback); ``replays_rng`` as for
-    :func:`backward_buffers`."""
+    """The ``pure_callback`` body of a backward call (the fallback)."""
     count = len(sig.in_paths)
 
     def callback(*arrays: Any) -> tuple[np.ndarray[Any, Any], ...]:
         try:
             tensors = [_host_tensor(a) for a in arrays]
-            state = tensors.pop() if replays_rng else None
             primals, cts = tensors[:count], dict(zip(cotangent_of, tensors[count:], strict=True))
-            with _outside_inference(), _replaying(state):
+            with _outside_inference():
                 grads = run_backward(fn, sig, primals, wanted, cts, _CPU, required)
             return tuple(map(_host_array, grads))
         except BaseException as err:  # Ctrl-C and sys.exit too: raised as they are

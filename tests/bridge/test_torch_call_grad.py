@@ -307,35 +307,3 @@ def test_a_second_derivative_is_refused_naming_torch_call_and_the_way_out(second
         errors.HigherOrderError, match=r"torch_call\(.*sin\) is differentiable once"
     ):
         second(f)(jnp.ones(3, F32))
-
-
-@pytest.mark.usefixtures("path")
-@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
-def test_a_random_fn_is_differentiated_through_the_draw_its_forward_made(jit):
-    """The backward runs fn again: from the generator state the forward started from, so a
-    dropout's mask is the forward's, and the caller's random stream is left as it was."""
-    torch.manual_seed(0)
-    drop = torch.nn.Dropout(0.5).train()
-    call = interop.torch_call(lambda x: drop(x) * x, spec((64,)))  # 2 * mask * x**2
-    x = jnp.arange(1, 65, dtype=F32)
-    vjp_of = jax.jit(lambda x: jax.vjp(call, x)) if jit else (lambda x: jax.vjp(call, x))
-    out, pullback = vjp_of(x)
-    mask = np.asarray(out) != 0
-    assert 10 < mask.sum() < 54  # a real draw
-    before = torch.get_rng_state()
-    (grad,) = pullback(jnp.ones(64, F32))
-    assert torch.equal(torch.get_rng_state(), before)  # the backward drew nothing of it
-    np.testing.assert_allclose(grad, np.where(mask, 4 * np.asarray(x), 0), rtol=1e-6)
-
-
-@pytest.mark.usefixtures("path")
-def test_each_element_of_a_sequential_vmap_is_differentiated_through_its_own_draw():
-    torch.manual_seed(1)
-    drop = torch.nn.Dropout(0.5).train()
-    call = interop.torch_call(lambda x: drop(x) * x, spec((16,)), vmap_method="sequential")
-    xs = jnp.tile(jnp.arange(1, 17, dtype=F32), (4, 1))
-    out, pullback = jax.vjp(jax.vmap(call), xs)
-    (grads,) = pullback(jnp.ones((4, 16), F32))
-    mask = np.asarray(out) != 0
-    assert len({tuple(row) for row in mask}) > 1  # the rows drew apart
-    np.testing.assert_allclose(grads, np.where(mask, 4 * np.asarray(xs), 0), rtol=1e-6)
