@@ -18,7 +18,7 @@ import functools
 import numbers
 import operator
 from collections.abc import Callable, Iterator
-from contextvars import ContextVar, Token
+from contextvars import ContextVar
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -88,20 +88,29 @@ def _check_index(name: str, value: object) -> int:
 
 @run_eagerly_under_compile
 class _Selection:
-    """A ``with`` block that sets the ubatch (``part`` 0) or the lane (1), then restores both."""
+    """A ``with`` block that sets the ubatch (``part`` 0) or the lane (1), then restores
+    that part alone (the other is as the block leaves it: vLLM keeps the two in separate
+    context variables, and a lane reset inside an ubatch block outlives the block there)."""
 
-    __slots__ = ("_part", "_token", "_value")
+    __slots__ = ("_active", "_part", "_previous", "_value")
 
     def __init__(self, part: int, value: int) -> None:
         self._part = part
         self._value = value
-        self._token: Token[tuple[int | None, int]] | None = None
+        self._previous: int | None = None
+        self._active = False
 
     def __enter__(self) -> None:
-        if self._token is not None:
+        if self._active:
             raise RuntimeError("this workspace slot selection is already active")
         ubatch, lane = SLOT.get()
-        self._token = SLOT.set((self._value, lane) if self._part == 0 else (ubatch, self._value))
+        if self._part == 0:
+            self._previous = ubatch
+            SLOT.set((self._value, lane))
+        else:
+            self._previous = lane
+            SLOT.set((ubatch, self._value))
+        self._active = True
 
     def __exit__(
         self,
@@ -109,9 +118,13 @@ class _Selection:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        assert self._token is not None
-        SLOT.reset(self._token)
-        self._token = None
+        assert self._active
+        ubatch, lane = SLOT.get()
+        if self._part == 0:
+            SLOT.set((self._previous, lane))
+        else:
+            SLOT.set((ubatch, self._previous))  # type: ignore[arg-type]
+        self._active = False
 
     def __call__(self, function: _F) -> _F:
         """As a decorator (the original's ``@contextmanager`` is one): ``function`` runs
@@ -133,14 +146,30 @@ class _LaneVariable:
     def get(self) -> int:
         return SLOT.get()[1]
 
-    def set(self, lane: int) -> Token[tuple[int | None, int]]:
-        return SLOT.set((SLOT.get()[0], lane))
+    def set(self, lane: int) -> _LaneToken:
+        """Make ``lane`` (a non-negative int, checked as :func:`use_workspace_lane` checks
+        it: a negative one would index another lane) this context's lane."""
+        checked = _check_index("lane", lane)
+        ubatch, previous = SLOT.get()
+        SLOT.set((ubatch, checked))
+        return _LaneToken(previous)
 
-    def reset(self, token: Token[tuple[int | None, int]]) -> None:
-        SLOT.reset(token)
+    def reset(self, token: _LaneToken) -> None:
+        """The lane before :meth:`set` again (the ubatch as it is now: the two are one
+        variable here, two in vLLM)."""
+        SLOT.set((SLOT.get()[0], token.previous))
 
     def __repr__(self) -> str:
         return f"<the workspace lane of this context: {self.get()!r}>"
+
+
+class _LaneToken:
+    """What :meth:`_LaneVariable.set` returns: the lane to go back to."""
+
+    __slots__ = ("previous",)
+
+    def __init__(self, previous: int) -> None:
+        self.previous = previous
 
 
 #: ``interop._workspace_lane`` (see :class:`_LaneVariable`).
@@ -302,10 +331,19 @@ class _Unknown(int):
         return "<ubatch unknown>"
 
 
-def refuse_unknown(ubatch: object) -> None:
-    """Raise :class:`SlotUnknownError` where ``ubatch`` is :func:`slot_unknown`'s."""
-    if type(ubatch) is _Unknown:
-        raise SlotUnknownError(ubatch.why)
+def known_slot(slot: tuple[Any, int], num_slots: int) -> tuple[Any, int]:
+    """``slot``, or where its ubatch is :func:`slot_unknown`'s, the only slot of a manager
+    that has one (``(0, 0)``: no other slot could be meant).
+
+    Raises:
+        SlotUnknownError: the ubatch is unknown and the manager has ``num_slots`` > 1.
+    """
+    ubatch = slot[0]
+    if type(ubatch) is not _Unknown:
+        return slot
+    if num_slots == 1:
+        return (0, 0)
+    raise SlotUnknownError(ubatch.why)
 
 
 @contextlib.contextmanager

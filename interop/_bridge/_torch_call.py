@@ -87,11 +87,7 @@ class TorchCaller:
             for leaf in jax.tree_util.tree_leaves((args, kwargs)):
                 if type(leaf) is not _ArrayImpl:
                     self._check_leaf(leaf, args, kwargs)
-                else:
-                    leaf.block_until_ready()  # see call(): fn then runs on this thread
-        else:
-            for arg in args:
-                arg.block_until_ready()
+        wait_for((args, kwargs))  # see call(): fn then runs on this thread
         try:
             return self.jitted(*args, **kwargs)
         except Exception as err:  # JAX reports a callback failure as RuntimeError or ValueError
@@ -234,6 +230,26 @@ def _floating(dtype: Any) -> bool:
     return bool(jnp.issubdtype(dtype, jnp.inexact))
 
 
+def wait_for(tree: Any) -> None:
+    """Wait until every concrete array in ``tree`` is computed, a transform's too (an eager
+    ``jax.vmap``'s batched value, an eager ``jax.grad``'s primal): XLA then runs the
+    callback at once, on this thread, in its slot (one it starts on an input still being
+    computed runs later on a thread of XLA's own, where the workspace refuses to serve).
+    Under a caller's ``jit`` there is nothing concrete to wait for."""
+    for leaf in jax.tree_util.tree_leaves(tree):
+        for _ in range(8):  # a transform's tracer over another's, a few deep at most
+            if type(leaf) is _ArrayImpl:
+                if not leaf.is_deleted():  # (a deleted one: the call says so, as before)
+                    leaf.block_until_ready()
+                break
+            inner = getattr(leaf, "val", None)  # an eager vmap's batched value
+            if inner is None:
+                inner = getattr(leaf, "primal", None)  # an eager jvp or grad's primal
+            if inner is None:
+                break
+            leaf = inner
+
+
 def _first_order(call: Callable[..., Any], name: str) -> Callable[..., Any]:
     """``call`` (a callback of the gradient's rules), refusing to be differentiated with a
     :class:`HigherOrderError` naming ``name``, wherever JAX asks (JAX's own error there
@@ -273,6 +289,7 @@ def _differentiable(
         backward_vmap = "sequential"
 
     def forward(*values: Any) -> tuple[Any, ...]:
+        wait_for(values)  # in an eager transform: computed values (see wait_for)
         if buffers:
             call = _torch_callback.call_buffers(
                 _torch_callback.forward_buffers(fn, sig), specs, vmap_method
@@ -308,6 +325,7 @@ def _differentiable(
         if not wanted or not cotangent_of:
             return (None,) * len(values)
         grad_specs = [_spec(values[i].shape, values[i].dtype) for i in wanted]
+        wait_for((values, cotangents))  # in an eager transform: computed (see wait_for)
         if buffers:
             call = _torch_callback.call_buffers(
                 _torch_callback.backward_buffers(fn, sig, wanted, cotangent_of, required),
@@ -461,7 +479,8 @@ def torch_call(
         # computed would have XLA run fn later on a thread of its own (0.27 µs per ready
         # array, measured; the correctness of the call, not a speed idiom).
         for arg in args:
-            arg.block_until_ready()
+            if not arg.is_deleted():  # (a deleted one: the jitted call says so)
+                arg.block_until_ready()
         try:
             return jitted(*args)
         except Exception as err:  # JAX reports a callback failure as RuntimeError or ValueError

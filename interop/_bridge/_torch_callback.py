@@ -43,7 +43,7 @@ import numpy as np
 import torch
 
 from .. import _private
-from .._context import slot_unknown
+from .._context import SLOT, slot_unknown
 from .._errors import (
     DroppedGradientWarning,
     InputResizedError,
@@ -154,7 +154,9 @@ def _aliases(buffers: Sequence[Any]) -> list[torch.Tensor]:
 def _call_fn(fn: Callable[..., Any], sig: Signature, tensors: list[torch.Tensor]) -> Any:
     _local.active = True
     try:
-        if _private.on_foreign_thread():  # XLA's own thread (see _foreign_why)
+        # XLA's own thread, where nothing chose a slot (see _foreign_why); a thread some
+        # C code started that chose its slot keeps it
+        if _private.on_foreign_thread() and SLOT.get() == (None, 0):
             with slot_unknown(_foreign_why(sig)):
                 return _apply(fn, sig, tensors)
         return _apply(fn, sig, tensors)
@@ -178,14 +180,13 @@ def _foreign_why(sig: Signature) -> str:
     uses it meanwhile, are unknown (measured: two ubatch threads whose torch_call
     functions ran there shared slot (0, 0) and overwrote each other's scratch)."""
     return (
-        f"torch_call: {sig.name} asked the workspace for scratch while XLA runs it on a "
-        "thread of its own (the jitted computation that calls it started before its "
-        "inputs were computed, so XLA ran it later, off the caller's thread): the caller's "
-        "ubatch and lane are unknown there, and the caller's own code may be using that "
-        "slot's scratch meanwhile. Select the slot inside the function "
-        "(interop.use_workspace_ubatch / use_workspace_lane) where nothing else uses it "
-        "concurrently, wait for the inputs before the call (jax.block_until_ready), or "
-        "allocate the function's scratch with torch."
+        f"torch_call: {sig.name} asked a workspace of several slots for scratch while XLA "
+        "runs it on a thread of its own (a jitted computation, or a gradient's backward, "
+        "started before its inputs were computed, so XLA ran it later, off the caller's "
+        "thread): which ubatch and lane the caller meant is unknown there. Select the slot "
+        "inside the function (with interop.use_workspace_ubatch / use_workspace_lane) "
+        "where nothing else uses it meanwhile, wait for the inputs before the call "
+        "(jax.block_until_ready), or allocate the function's scratch with torch."
     )
 
 

@@ -33,7 +33,7 @@ from functional_ws import ViewSpec, WorkspaceState
 
 from .. import _context
 from .._compile import run_eagerly_under_compile
-from .._context import SLOT, current_slot, provided_ubatch, refuse_unknown
+from .._context import SLOT, current_slot, known_slot, provided_ubatch
 from .._device import device_memory, normalize_device
 from .._diagnostics import debug_enabled, logger
 from . import _plans
@@ -213,7 +213,7 @@ class WorkspaceManager:
         """The current slot's position, ``ubatch * num_lanes + lane`` (upstream's private
         method, which vLLM's tests call; PR #58161's tests call it ``_resolve_workspace_id``
         too)."""
-        return self._engine.state.index(current_slot())
+        return self._engine.state.index(self._current_slot())
 
     _resolve_workspace_id = _get_workspace_id
 
@@ -377,7 +377,6 @@ class WorkspaceManager:
         ``torch.Size``, NumPy ints), or, when it has none, by the core, which explains what
         is wrong with it (a slot not configured included). And every request while a
         recording runs (:meth:`_route`), recorded here."""
-        refuse_unknown(slot[0])  # a torch_call function on XLA's thread: no slot to serve
         if self._records_here(self._acquired_at):  # in the slot found (read once)
 
             def served(*pairs: Any) -> list[torch.Tensor]:
@@ -387,6 +386,8 @@ class WorkspaceManager:
         canon = canonical(specs)
         if canon is not specs:
             return self.get_simultaneous(*canon)
+        # A torch_call function on XLA's own thread: the only slot, or SlotUnknownError
+        slot = known_slot(slot, self._num_ubatches * self._num_lanes)
         return self._server.acquire(specs, slot, False)
 
     def get_retained(
@@ -455,7 +456,7 @@ class WorkspaceManager:
         canon = canonical_shape(shape)
         if canon is not shape:  # spelled otherwise: served as its canonical spelling
             return self.get_retained(key, canon, dtype)
-        return self._server.retain(key, shape, dtype, current_slot())
+        return self._server.retain(key, shape, dtype, self._current_slot())
 
     def _route(self, recording: bool) -> None:
         """While a recording runs, the hot paths find no memo and no persistent table (their
@@ -468,6 +469,15 @@ class WorkspaceManager:
         self._acquired_at = _NOT_SERVED if recording else self._memos.acquired_at
         self._retained_at = _NOT_SERVED if recording else self._memos.retained_at
         self._tables = _NOT_SERVED if recording else self._persistent.tables
+
+    def _current_slot(self) -> tuple[int, int]:
+        """:func:`interop.current_slot`, except in a ``torch_call`` function XLA runs on a
+        thread of its own: there the only slot of a manager that has one, else
+        ``SlotUnknownError`` (:func:`interop._context.known_slot`)."""
+        ubatch, lane = SLOT.get()
+        if ubatch is None:
+            return provided_ubatch(), lane
+        return known_slot((ubatch, lane), self._num_ubatches * self._num_lanes)
 
     def _records_here(self, table: object) -> bool:
         """Whether the slow path calling this records its call (a recording runs, and this
@@ -600,7 +610,7 @@ class WorkspaceManager:
     def _reserve(self, requests: list[list[ViewSpec]], slots: Any) -> None:
         lane = 0
         if slots is None:  # the current lane's ubatch slots: the lane must exist
-            lane = current_slot()[1]
+            lane = self._current_slot()[1]
             self._engine.state.index((0, lane))
         self._server.reserve(requests, chosen_slots(slots, lane, self._num_ubatches))
 
@@ -695,7 +705,7 @@ class WorkspaceManager:
             method = partial(WorkspaceManager._create_resource, self)
             args = (key, factory)
             return self._recorder.call(self, "get_persistent_resource", method, args, {})  # type: ignore[no-any-return]
-        return self._server.create_resource(current_slot(), key, factory)
+        return self._server.create_resource(self._current_slot(), key, factory)
 
     def get_persistent(
         self,

@@ -215,14 +215,104 @@ def test_under_jit_fn_run_on_xlas_own_thread_gets_no_scratch_rather_than_a_guess
         interop.reset_workspace_manager()
 
 
-def test_a_function_on_a_thread_python_did_not_start_selects_its_slot_itself():
-    """A thread ``_thread`` starts is one ``threading`` did not (as XLA's are)."""
-    interop.init_workspace_manager("cpu", num_ubatches=2)
-    done, found = threading.Event(), []
+def _on_a_thread_python_did_not_start(body):
+    """Run ``body`` on a thread ``_thread`` starts (``threading`` did not: as XLA's)."""
+    done, failures = threading.Event(), []
+
+    def run():
+        try:
+            body()
+        except BaseException as err:  # reported to the test, not to the thread
+            failures.append(err)
+        finally:
+            done.set()
+
+    _thread.start_new_thread(run, ())
+    assert done.wait(30)
+    if failures:
+        raise failures[0]
+
+
+def _signature(shape):
     sig = _torch_callback.Signature(
-        "fn", None, ("[0]",), ((2,),), None, ("",), ((2,),), (torch.float32,)
+        "fn", None, ("[0]",), (shape,), None, ("",), (shape,), (torch.float32,)
     )
     sig.__dict__["positional"] = True
+    return sig
+
+
+def test_on_xlas_thread_a_one_slot_workspace_serves_its_only_slot():
+    interop.init_workspace_manager("cpu")
+    served = []
+
+    def fn(x):
+        served.extend(interop.current_workspace_manager().get_simultaneous(((2,), torch.float32)))
+        return x
+
+    try:
+        _on_a_thread_python_did_not_start(
+            lambda: _torch_callback._call_fn(fn, _signature((2,)), [torch.ones(2)])
+        )
+        assert served[0].shape == (2,)
+    finally:
+        interop.reset_workspace_manager()
+
+
+def test_a_thread_python_did_not_start_keeps_the_slot_it_chose_and_refusals_are_recorded():
+    interop.init_workspace_manager("cpu", num_ubatches=2)
+    ws, slots = interop.current_workspace_manager(), []
+
+    def fn(x):
+        slots.append(interop.current_slot())
+        ws.get_simultaneous(((2,), torch.float32))
+        return x
+
+    def chosen():
+        with interop.use_workspace_ubatch(1):
+            _torch_callback._call_fn(fn, _signature((2,)), [torch.ones(2)])
+
+    try:
+        _on_a_thread_python_did_not_start(chosen)
+        assert slots == [(1, 0)]
+
+        def scratch_only(x):
+            ws.get_simultaneous(((2,), torch.float32))
+            return x
+
+        with ws.recording() as history, pytest.raises(interop.errors.SlotUnknownError):
+            _on_a_thread_python_did_not_start(
+                lambda: _torch_callback._call_fn(scratch_only, _signature((2,)), [torch.ones(2)])
+            )
+        assert [r.error.split(":")[0] for r in history[1:]] == ["SlotUnknownError"]
+    finally:
+        interop.reset_workspace_manager()
+
+
+@pytest.mark.usefixtures("path")
+def test_an_eager_vmap_on_an_input_still_computed_runs_fn_here():
+    interop.init_workspace_manager("cpu", num_ubatches=2)
+    threads = []
+
+    def fn(x):
+        threads.append(threading.current_thread())
+        (scratch,) = interop.current_workspace_manager().get_simultaneous(((16,), x.dtype))
+        return scratch.copy_(x) * 2
+
+    call = interop.torch_call(fn, spec((16,)), vmap_method="sequential")
+    try:
+        with interop.use_workspace_ubatch(1):
+            ready = jnp.stack([_unfinished(), _unfinished()]).block_until_ready()
+            jax.vmap(call)(ready)  # compiled: the next call dispatches at once
+            x = jnp.stack([_unfinished(), _unfinished()])
+            np.testing.assert_allclose(jax.vmap(call)(x), 2 * np.asarray(x), rtol=1e-6)
+        assert threads == [threading.current_thread()] * 4
+    finally:
+        interop.reset_workspace_manager()
+
+
+def test_on_xlas_thread_a_workspace_of_several_slots_refuses_until_fn_selects_one():
+    interop.init_workspace_manager("cpu", num_ubatches=2)
+    found = []
 
     def fn(x):
         try:
@@ -235,16 +325,12 @@ def test_a_function_on_a_thread_python_did_not_start_selects_its_slot_itself():
             )
         return x
 
-    def run():
-        try:
-            _torch_callback._call_fn(fn, sig, [torch.ones(2)])
-        finally:
-            done.set()
-
     try:
-        _thread.start_new_thread(run, ())
-        assert done.wait(30)
-        assert "ubatch and lane are unknown" in found[0] and found[1].shape == (2,)
+        _on_a_thread_python_did_not_start(
+            lambda: _torch_callback._call_fn(fn, _signature((2,)), [torch.ones(2)])
+        )
+        assert "which ubatch and lane the caller meant is unknown" in found[0]
+        assert found[1].shape == (2,)
     finally:
         interop.reset_workspace_manager()
 

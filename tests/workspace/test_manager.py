@@ -251,6 +251,49 @@ def test_the_module_lane_variable_reads_and_sets_the_lane_as_vllms_does():
     assert interop.current_slot() == (0, 0) and [s.capacity for s in ws.state.slots] == [0, 256]
 
 
+def test_the_module_lane_variable_checks_the_lane_and_resets_only_the_lane():
+    ws = manager(num_lanes=2)
+    with use_workspace_lane(1):
+        (other,) = ws.get_simultaneous(((8,), F32))
+    for bad in (-1, True, "x"):
+        with pytest.raises(ValueError):  # -1 would index the last lane
+            interop._workspace_lane.set(bad)
+    assert interop.current_slot() == (0, 0)
+    token = interop._workspace_lane.set(1)
+    with use_workspace_ubatch(0):
+        interop._workspace_lane.reset(token)  # out of order: the ubatch block's stays
+        assert interop.current_slot() == (0, 0)
+    assert interop.current_slot() == (0, 0)
+    (mine,) = ws.get_simultaneous(((8,), F32))
+    assert mine.data_ptr() != other.data_ptr()
+
+
+def test_a_nested_factory_that_loses_to_another_thread_takes_the_winners_resource():
+    ws = manager()
+    inner_started, b_done = threading.Event(), threading.Event()
+    got = {}
+
+    def inner():
+        inner_started.set()
+        assert b_done.wait(10)
+        return "A-inner"
+
+    def outer():
+        ws.get_persistent_resource("k", inner)  # loses: B stored "B" meanwhile
+        return "A-outer"
+
+    def thread_b():
+        assert inner_started.wait(10)
+        got["B"] = ws.get_persistent_resource("k", lambda: "B")
+        b_done.set()
+
+    b = threading.Thread(target=thread_b)
+    b.start()
+    got["A"] = ws.get_persistent_resource("k", outer)
+    b.join(10)
+    assert got == {"A": "B", "B": "B"} and ws.get_persistent_resource("k", dict) == "B"
+
+
 def test_an_unhashable_persistent_key_is_a_type_error_as_in_the_original():
     ws, original = manager(), OriginalAlgorithmManager()
     for target in (ws, original):
