@@ -73,7 +73,8 @@ class PersistentTables:
         else:
             kept = table.setdefault(key, resource)
         running = self._running.__dict__.get("cells")
-        if running:  # factories of this key further out on this thread: they replace it
+        if running and kept is resource:  # outer factories of the key on this thread
+            # replace what this one stored (not what another thread stored first)
             for cell in running.get((index, key), ()):
                 cell[0] = True
         return kept
