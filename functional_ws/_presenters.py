@@ -143,7 +143,7 @@ def key_text(key: object) -> str:
         except Exception:
             text = None
         if text is not None:
-            return _bounded(text)
+            return text  # a namer bounds what it names (the key inside, by key_text)
     try:
         return _bounded(repr(key))
     except Exception as err:

@@ -171,11 +171,10 @@ def timeline_html(states: Sequence[WorkspaceState], calls: Sequence[str] = ()) -
         hovers = [(i, i + 1) for i in range(n)] if n <= MAX_HOVERS else _runs(figures)
         for a, b in hovers:
             capacity, high_water, start = figures[a]
-            if b - a == 1:
-                call = calls[a] if a < len(calls) else f"state {a}"
-                what = f"{a}: {call}"
-            else:
-                what = f"calls {a} to {b - 1} (no change here)"
+            call = calls[a] if a < len(calls) else f"state {a}"
+            what = f"{a}: {call}"  # a run starts where the slot changed (or at the start)
+            if b - a > 1:
+                what += f" (and the {counted(b - a - 1, 'call')} to {b - 1}: no change here)"
             retained = "" if start is None else f", retained from {exact_bytes(start)}"
             parts.append(
                 f'<rect x="{x(a):.1f}" y="{y0}" width="{(b - a) * step:.1f}" '

@@ -64,3 +64,12 @@ def test_plot_timeline_numbers_the_calls_when_their_names_do_not_fit():
     states = _states()
     fig = plot_timeline(states, ["get_simultaneous(((1000,), uint8), ((5,), int8))"] * 5)
     assert fig.axes[-1].get_xlabel() == "call (its index in the history)"
+
+
+def test_past_the_hover_limit_a_run_is_named_by_the_call_that_started_it():
+    s0 = fws.initial_state()
+    s1, _ = fws.acquire(s0, (0, 0), ((10**6,), U8))
+    html = timeline_html([s0, s1] + [s1] * 250, ["start", "grow"] + [f"c{i}" for i in range(250)])
+    titles = re.findall(r"<title>([^<]*)</title>", html)
+    assert titles[0].startswith("0: start: capacity 0 B")
+    assert titles[1].startswith("1: grow (and the 250 calls to 251: no change here): capacity")

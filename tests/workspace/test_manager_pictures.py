@@ -308,3 +308,6 @@ def test_a_key_with_a_huge_repr_is_cut_in_displays_not_in_errors():
     with pytest.raises(AssertionError) as info:
         ws.get_persistent_resource(Huge(), dict)
     assert "k" * 1_000_000 in str(info.value)  # the original's message, whole
+    from functional_ws._presenters import key_text
+
+    assert key_text((torch.Tensor, "w" * 250)).endswith("www... (tensor)")  # still marked
