@@ -325,3 +325,13 @@ def test_rebase_merges_calls_in_different_slots_and_refuses_the_same_slot(state,
         assert merged == fws.acquire(first, second_slot, *second_specs)[0]
     assert fws.rebase(state, second, state) is second
     assert fws.rebase(state, state, first) is first  # nothing to put on it
+
+
+@pytest.mark.parametrize("held", ["nothing", "old", "new"])
+def test_a_failed_growth_keeps_the_slots_persistent_keys(held):
+    state = fws.claim(fws.acquire(fws.initial_state(), (0, 0), ((512,), U8))[0], (0, 0), "k")[0]
+    planned, _ = fws.acquire(state, (0, 0), ((4096,), U8))
+    capacity = {"nothing": 0, "old": 512, "new": 4096}[held]
+    after = fws.after_failed_growth(state, planned, {(0, 0): capacity})
+    assert after.slots[0].persistent_keys == frozenset({"k"})
+    assert after.capacity((0, 0)) == capacity

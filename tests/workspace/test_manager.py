@@ -602,3 +602,33 @@ def test_debug_log_is_silent_by_default(monkeypatch, caplog):
     ws.get_simultaneous(((64,), U8))
     ws.lock()
     assert caplog.text == ""
+
+
+def test_a_tail_clobbered_every_step_is_reported_lost_every_step_as_the_original():
+    """The memo's replays of an alternating pattern (the tail retained, then a request
+    reaching into it) are kept per state pair: the intact flag kept with them must be the
+    replay's, not True."""
+    ws, original = manager(), OriginalAlgorithmManager()
+    for target in (ws, original):
+        target.get_simultaneous(((4096,), U8))
+    for _ in range(6):
+        for target in (ws, original):
+            target.get_simultaneous(((4096,), U8))  # reaches into the tail
+        ours = ws.get_retained("tail", (64,), F32)[1]
+        assert ours is original.get_retained("tail", (64,), F32)[1] is False
+    for _ in range(3):  # and one left alone is intact
+        assert ws.get_retained("tail", (64,), F32)[1] is True
+
+
+def test_a_lane_one_past_the_last_is_refused_not_served_from_the_next_ubatch():
+    ws = manager(num_ubatches=2, num_lanes=2)
+    with use_workspace_ubatch(1):
+        theirs = ws.get_persistent_resource("k", object)
+        ws.get_persistent("p", (2,), F32)
+    with use_workspace_lane(2):
+        with pytest.raises(LaneNotConfiguredError):
+            ws.get_persistent_resource("k", object)
+        with pytest.raises(LaneNotConfiguredError):
+            ws.get_persistent("p", (2,), F32)
+    with use_workspace_ubatch(1):
+        assert ws.get_persistent_resource("k", object) is theirs
