@@ -632,3 +632,58 @@ def test_a_lane_one_past_the_last_is_refused_not_served_from_the_next_ubatch():
             ws.get_persistent("p", (2,), F32)
     with use_workspace_ubatch(1):
         assert ws.get_persistent_resource("k", object) is theirs
+
+
+def test_a_failed_growth_drops_its_new_buffers_before_allocating_the_old_again(monkeypatch):
+    import weakref
+
+    from interop import _device
+
+    ws = WorkspaceManager("cpu", num_ubatches=2, growth="ubatches")
+    ws.get_simultaneous(((512,), U8))  # both slots hold 512 B
+    real, made, seen = _device.torch_block, [], []
+
+    def torch_block(nbytes, device):
+        if len(made) == 1:  # the second slot's new buffer: out of memory
+            made.append(None)
+            raise MemoryError("planted")
+        if len(made) >= 2:  # the old capacity again: the first new buffer is gone by now
+            seen.append(made[0]() is None)
+        block = real(nbytes, device)
+        made.append(weakref.ref(block))
+        return block
+
+    monkeypatch.setattr(_device, "torch_block", torch_block)
+    with pytest.raises(MemoryError):
+        ws.get_simultaneous(((4096,), U8))
+    assert seen == [True, True] and [s.capacity for s in ws.state.slots] == [512, 512]
+
+
+def test_a_failed_growth_allocates_the_old_capacity_again_inside_alloc_context(monkeypatch):
+    from interop import _device
+
+    inside = []
+
+    @contextlib.contextmanager
+    def pool():
+        inside.append(True)
+        try:
+            yield
+        finally:
+            inside.pop()
+
+    ws = WorkspaceManager("cpu", alloc_context=pool)
+    ws.get_simultaneous(((512,), U8))
+    real, calls = _device.torch_block, []
+
+    def torch_block(nbytes, device):
+        calls.append((nbytes, bool(inside)))
+        if len(calls) == 1:
+            raise MemoryError("planted")
+        return real(nbytes, device)
+
+    monkeypatch.setattr(_device, "torch_block", torch_block)
+    with pytest.raises(MemoryError):
+        ws.get_simultaneous(((4096,), U8))
+    assert [inside for _, inside in calls] == [True, True]  # the pool's memory both times
+    assert ws.state.slots[0].capacity == 512

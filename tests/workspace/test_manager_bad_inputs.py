@@ -413,3 +413,9 @@ def test_a_key_whose_repr_raises_gets_the_refusal_it_earned():
         ws.get_persistent_resource(_ReprRaises(), dict)
     with pytest.raises(fws.PersistentKeyLockedError):
         fws.claim(ws.state, (0, 0), _ReprRaises())
+
+
+def test_the_smallest_alignment_a_torch_view_can_start_at_is_accepted():
+    ws = WorkspaceManager(DEVICE, alignment=16)  # complex128's itemsize: every view starts
+    a, b = ws.get_simultaneous(((1,), torch.uint8), ((1,), torch.complex128))
+    assert b.data_ptr() - a.data_ptr() == 16

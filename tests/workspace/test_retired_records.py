@@ -140,3 +140,19 @@ def test_a_pin_inside_a_compiled_function_is_counted_not_warned_about(caplog):
     type(resume)(named, resume.__globals__)(retired)
     assert caplog.records == []
     assert retired.pinned() == []  # its view died with the function
+
+
+def test_a_buffer_freed_before_its_report_is_not_warned_about(caplog):
+    retired = RetiredBuffers()
+    buffer = torch.empty(512, dtype=torch.uint8)
+    view = buffer[:8]
+    record = retired.retire((0, 0), buffer)
+    del buffer
+    retired.report(record)  # the view still holds it
+    assert len(caplog.records) == 1 and "still pinned" in caplog.records[0].getMessage()
+    caplog.clear()
+    record = retired.retire((0, 0), view)
+    del view
+    gc.collect()
+    retired.report(record)  # nothing holds it any more
+    assert caplog.records == []
