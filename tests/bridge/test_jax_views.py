@@ -74,3 +74,27 @@ def test_handoff_path_restores_the_switch():
     with handoff_path(private=False):
         assert _dlpack.use_private_path is False
     assert _dlpack.use_private_path is saved
+
+
+def test_a_copy_where_dlpack_promised_an_alias_is_refused_both_ways(monkeypatch):
+    """Should a DLPack import or a host view ever copy, the handoff refuses the copy (import)
+    or aliases the buffer another way (export): zero-copy is what it promises."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    real = jax.dlpack.from_dlpack
+    monkeypatch.setattr(jax.dlpack, "from_dlpack", lambda t, copy=False: jnp.array(real(t)))
+    with handoff_path(private=False):
+        try:
+            interop.to_jax(torch.ones(8))
+        except interop.errors.ZeroCopyError as err:
+            assert "returned a copy" in str(err)
+        else:
+            raise AssertionError("a copied import was handed out as an alias")
+    monkeypatch.undo()
+    array = jnp.arange(8.0)
+    monkeypatch.setattr(np, "asarray", lambda a, *args, **kw: np.array(a, copy=True))
+    with handoff_path(private=False):
+        tensor = interop.to_torch(array)
+    assert tensor.data_ptr() == array.unsafe_buffer_pointer()  # the buffer itself, not a copy

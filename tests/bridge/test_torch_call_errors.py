@@ -130,6 +130,16 @@ def test_a_broken_promise_names_expected_and_got_and_writes_nothing(monkeypatch,
     assert issubclass(error, errors.ResultMismatchError)
 
 
+@pytest.mark.parametrize(
+    "got", [torch.float64, torch.float16, torch.int32], ids=["wider", "narrower", "integer"]
+)
+@pytest.mark.usefixtures("path")
+def test_a_single_result_of_another_dtype_is_refused_not_cast(got):
+    call = interop.torch_call(lambda x: x.to(got), spec((4,)))  # one result: the short check
+    with pytest.raises(errors.ResultDtypeError, match=f"dtype {got} at result, expected"):
+        call(jnp.ones(4, F32))
+
+
 # ----- fn must leave its inputs alone -----
 
 CHANGED = [
