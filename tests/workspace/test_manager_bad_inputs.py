@@ -419,3 +419,14 @@ def test_the_smallest_alignment_a_torch_view_can_start_at_is_accepted():
     ws = WorkspaceManager(DEVICE, alignment=16)  # complex128's itemsize: every view starts
     a, b = ws.get_simultaneous(((1,), torch.uint8), ((1,), torch.complex128))
     assert b.data_ptr() - a.data_ptr() == 16
+
+
+@pytest.mark.parametrize("shape", [(1.0,), (True,)], ids=["float", "bool"])
+def test_a_persistent_shape_equal_to_the_kept_one_but_not_ints_is_refused_on_repeat(shape):
+    """(1.0,) and (True,) equal torch.Size([1]): the repeat's short check must still refuse
+    them, as a first request is refused."""
+    ws = WorkspaceManager(DEVICE)
+    ws.get_persistent("p", (1,), torch.float32)
+    for _ in range(2):
+        with pytest.raises(fws.InvalidShapeError, match="must be a non-negative int"):
+            ws.get_persistent("p", shape, torch.float32)
