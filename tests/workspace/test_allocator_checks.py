@@ -33,6 +33,7 @@ OVERLAPPING = [
     ("contains-it", ARENA[:4096], 4096, [ARENA[1024:2048]]),
     ("inside-it", ARENA[1024:2048], 1024, [ARENA[:4096]]),
     ("one-byte", ARENA[1023:2047], 1024, [ARENA[:1024]]),
+    ("its-last-byte", ARENA[:1024], 1024, [ARENA[1023:2047]]),
     ("the-second-of-several", ARENA[2048:3072], 1024, [ARENA[:1024], None, ARENA[2560:4096]]),
 ]  # fmt: skip
 DISJOINT = [
