@@ -188,6 +188,8 @@ LANES = {"num_lanes": 2, "use_lane": m.use_lane}
                      id="factory-twice"),
         pytest.param(m.ZeroesEveryTime, ["persistent"],
                      r"zero_init=True.*: byte \d+ of the tensor", {}, id="zero-init-twice"),
+        pytest.param(m.NeverZeroes, ["persistent"],
+                     "zero_init=True.*the new tensor is not all zero", {}, id="zero-init-ignored"),
     ],
 )  # fmt: skip
 def test_planted_bug_is_caught_with_a_short_example(manager, families, symptom, slots):

@@ -175,6 +175,20 @@ class ZeroesEveryTime(OriginalAlgorithmManager):
         return tensor.zero_() if zero_init else tensor
 
 
+class NeverZeroes(OriginalAlgorithmManager):
+    """``zero_init`` is ignored: a new persistent tensor holds whatever its memory held
+    (filled here, as reused memory would be: fresh pages read as zero by chance)."""
+
+    def get_persistent(
+        self, key: Hashable, shape: tuple[int, ...], dtype: torch.dtype, *, zero_init: bool = False
+    ) -> torch.Tensor:
+        new = (torch.Tensor, key) not in self._persistent_resources[self._get_workspace_id()]
+        tensor = super().get_persistent(key, shape, dtype, zero_init=False)
+        if new:
+            tensor.view(torch.uint8).fill_(0x5A)  # (persistent tensors are contiguous)
+        return tensor
+
+
 class RefusesWhatFits(OriginalAlgorithmManager):
     """Refuses every scratch request while locked, even one its buffer holds."""
 
