@@ -170,3 +170,24 @@ def test_an_aligned_callable_is_asked_for_exact_sizes():
     buffers = _grow_through(interop.WorkspaceManager("cpu", allocator=provider))
     assert provider.requests == [_capacity(n) for n in SIZES]
     assert all(b.data_ptr() % ALIGNMENT == 0 for b in buffers)
+
+
+def test_a_jax_block_asked_again_for_alignment_lets_the_first_go_and_is_kept(monkeypatch):
+    """Where JAX's blocks are less aligned than claimed, ``aligned_block`` asks again for a
+    larger block: the first is let go before, and the second's array is the buffer's owner."""
+    monkeypatch.setitem(_jax_allocator.JAX_ALIGNMENT, "cpu", 4096)  # more than JAX gives
+    real, live = _jax_allocator.jax_block, []
+
+    def jax_block(nbytes, device):
+        gc.collect()
+        live.append(sum(a.nbytes for a in jax.live_arrays()))
+        return real(nbytes, device)
+
+    monkeypatch.setattr(_jax_allocator, "jax_block", jax_block)
+    ws = interop.WorkspaceManager("cpu", allocator="jax")
+    before = sum(a.nbytes for a in jax.live_arrays())
+    (view,) = ws.get_simultaneous(((1 << 20,), torch.uint8))
+    owner = ws._engine.buffers.owner(0)
+    start = owner.unsafe_buffer_pointer()
+    assert start <= view.data_ptr() < start + owner.nbytes  # the kept array holds the bytes
+    assert all(n == before for n in live)  # nothing of an earlier block alive at each ask
