@@ -297,9 +297,8 @@ def run_forward(
 ) -> list[torch.Tensor]:
     """Call ``fn`` on ``tensors`` (in the thread's grad mode: the inputs do not require
     grad), check its inputs and results; the results."""
-    if (
-        _private.below_eager_dispatch()
-    ):  # fn runs as an eager caller's would (a compiled jax_call's op)
+    # fn runs as an eager caller's would (in a compiled jax_call's op)
+    if _private.below_eager_dispatch():
         with _private.eager_dispatch():
             return run_forward(fn, sig, tensors, device)
     before = _snapshot(tensors)

@@ -35,8 +35,9 @@ class Record:
     error: str | None = None
     event: TraceEvent | None = dataclasses.field(default=None, repr=False)
 
-    def __str__(self) -> str:  # one line: the error's first (its notes stay in .error)
-        outcome = f" -> {self.error.partition(chr(10))[0]}" if self.error else ""
+    def __str__(self) -> str:
+        first = self.error.partition("\n")[0] if self.error else ""  # notes stay in .error
+        outcome = f" -> {first}" if first else ""
         return f"{self.call} in slot {self.slot}{outcome}"
 
     def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
@@ -218,15 +219,16 @@ def history_html(history: Sequence[Record]) -> str:
     if not history:
         return "<i>an empty history</i>"
     rows = []
-    half = SHOWN_CALLS // 2
-    left_out = len(history) - SHOWN_CALLS
-    for i in range(len(history)):
-        if left_out > 0 and half <= i < len(history) - half:
-            if i == half:
-                rows.append(
-                    f'<tr><td></td><td colspan="3"><i>... {counted(left_out, "call")} not '
-                    f"shown (history[{half}:{len(history) - half}])</i></td></tr>"
-                )
+    count, half = len(history), SHOWN_CALLS // 2
+    shown: list[int | None] = list(range(count))
+    if count > SHOWN_CALLS:  # the first and last calls, a line for those between
+        shown = [*range(half), None, *range(count - half, count)]
+    for i in shown:
+        if i is None:
+            rows.append(
+                f'<tr><td></td><td colspan="3"><i>... {counted(count - SHOWN_CALLS, "call")} '
+                f"not shown (history[{half}:{count - half}])</i></td></tr>"
+            )
             continue
         record = history[i]
         rows.append(

@@ -154,8 +154,9 @@ class Server:
             raise FactoryNotCallableError(
                 f"factory must be a callable returning the resource, got {factory!r}."
             )
-        with user_code(), self.tables.creating(index, key) as running:  # user_code: a
-            resource = factory()  # recording keeps the factory's requests
+        # user_code: a recording keeps the factory's requests; creating: its own key again
+        with user_code(), self.tables.creating(index, key) as running:
+            resource = factory()
         self.engine.update(
             lambda state: fws.claim(state, slot, key, admitted=True)[0], user_code_of_key(key)
         )
