@@ -23,7 +23,7 @@ MIN_VIEW_PX = 4.0
 #: Width of one character of the bars' 10 px monospace labels, with some slack.
 _CHAR_PX = 6.3
 #: Fixed kinds light enough to need dark text.
-_LIGHT = {"free", "requested", "padding"}
+_LIGHT = {"free", "requested", "padding", "more"}
 
 STYLE = (
     "<style>.fws{font:12px sans-serif;overflow-x:auto;padding:2px 0}"

@@ -24,14 +24,15 @@ from .._layout import Layout, Span
 from .._presenters import key_text
 from .._spec import round_up
 from .._state import Slot, WorkspaceState
-from ._text import exact_bytes
+from ._text import counted, exact_bytes
 
-SegmentKind = Literal["view", "padding", "requested", "free", "retained", "clobbered"]
+SegmentKind = Literal["view", "more", "padding", "requested", "free", "retained", "clobbered"]
 
 #: Fixed colours for what is not a view. Green and red belong to the retained tail (intact,
 #: clobbered), light grey to free space, mid grey to padding, sand to bytes earlier requests
 #: reached: no dtype colour comes near them (a test checks the distance).
 COLOURS = {
+    "more": "#c6a8d8",
     "padding": "#999999",
     "requested": "#e0c97f",
     "free": "#eeeeee",
@@ -45,7 +46,11 @@ MEANINGS = {
     "free": "free (above high water)",
     "retained": "retained span, intact",
     "clobbered": "retained span, clobbered",
+    "more": "more views, not drawn one by one",
 }
+#: The most views of one layout drawn one by one; the rest are one ``"more"`` range (a
+#: request of 20,000 views made 8 MB of HTML, each view a hundredth of a pixel wide).
+MAX_DRAWN_VIEWS = 100
 #: Dark colours for dtypes without one of their own, all legible under white labels and far
 #: from the fixed colours above.
 DTYPE_PALETTE = ("#1f4e79", "#5b6e00", "#a0306a", "#4b2a6e", "#8a3b12", "#006a4e", "#54585e")
@@ -192,7 +197,8 @@ def slot_pictures(
 
 def _view_segments(layout: Layout, alignment: int) -> list[Segment]:
     segments = []
-    for spec, offset in zip(layout.specs, layout.offsets, strict=True):
+    drawn = layout.specs[:MAX_DRAWN_VIEWS]
+    for spec, offset in zip(drawn, layout.offsets, strict=False):
         end, padded = offset + spec.nbytes, offset + round_up(spec.nbytes, alignment)
         name = dtype_name(spec.dtype)
         shape = list(spec.shape)
@@ -205,7 +211,21 @@ def _view_segments(layout: Layout, alignment: int) -> list[Segment]:
         )  # fmt: skip
         if padded > end:
             segments.append(_gap("padding", end, padded)[0])
+    if len(layout.specs) > len(drawn):
+        segments.append(_more_views(layout, len(drawn)))
     return segments
+
+
+def _more_views(layout: Layout, drawn: int) -> Segment:
+    """One range for the views of ``layout`` after the first ``drawn``, to its total."""
+    start, rest = layout.offsets[drawn], layout.specs[drawn:]
+    label = counted(len(rest), "more view")
+    dtypes = ", ".join(dict.fromkeys(dtype_name(spec.dtype) for spec in rest))
+    detail = (
+        f"{label} of the last request ({dtypes}), not drawn one by one: "
+        f"{exact_bytes(layout.total - start)} at offset {exact_bytes(start)}"
+    )
+    return Segment("more", start, layout.total, label, COLOURS["more"], "", detail, (label,))
 
 
 def _gap(kind: SegmentKind, start: int, end: int) -> list[Segment]:
@@ -276,7 +296,7 @@ def place(picture: SlotPicture, width: float, min_view: float) -> Placement:
         [(0.0, 3.0), (3.0, 4.0), (4.0, 4.0)]
     """
     tiles = [i for i, s in enumerate(picture.segments) if not s.over]
-    views = [i for i in tiles if picture.segments[i].kind == "view"]
+    views = [i for i in tiles if picture.segments[i].kind in ("view", "more")]
     if views:
         min_view = min(min_view, width / (2 * len(views)))
     sizes = {i: picture.segments[i].end - picture.segments[i].start for i in tiles}

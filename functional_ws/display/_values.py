@@ -57,10 +57,27 @@ def layout_text(layout: Layout) -> str:
     return "\n".join(lines)
 
 
+#: The most views a layout's table lists (the first and last half); ``str(layout)`` lists all.
+SHOWN_VIEWS = 200
+
+
 def layout_html(layout: Layout) -> str:
-    """A layout as a table: one row per view (dtype, shape, offset, size, padding)."""
+    """A layout as a table: one row per view (dtype, shape, offset, size, padding), at most
+    :data:`SHOWN_VIEWS` of them, the first and the last."""
     rows = []
-    for i, (spec, offset) in enumerate(zip(layout.specs, layout.offsets, strict=True)):
+    count, half = len(layout.specs), SHOWN_VIEWS // 2
+    shown: list[int | None] = list(range(count))
+    if count > SHOWN_VIEWS:  # the first and last views, a line for those between
+        shown = [*range(half), None, *range(count - half, count)]
+    for i in shown:
+        if i is None:
+            rows.append(
+                f'<tr><td></td><td colspan="5"><i>... {counted(count - SHOWN_VIEWS, "view")} '
+                f"not shown (views {half} to {count - half - 1}; print(layout) lists every "
+                "view)</i></td></tr>"
+            )
+            continue
+        spec, offset = layout.specs[i], layout.offsets[i]
         padding = round_up(spec.nbytes, layout.alignment) - spec.nbytes
         name = dtype_name(spec.dtype)
         rows.append(

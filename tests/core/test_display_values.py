@@ -1,5 +1,6 @@
 """Layouts, spans and diffs read well: in print, in IPython's pretty text and in HTML."""
 
+import re
 from html import escape
 
 import numpy as np
@@ -110,3 +111,18 @@ def test_repr_of_every_value_holding_such_a_key_shows_the_placeholder():
     assert str(s.slots[0]) == repr(s.slots[0])
     assert repr(fws.initial_state()) == repr(fws.initial_state())  # the dataclass's own
     assert "WorkspaceState(num_ubatches=1" in repr(fws.initial_state())
+
+
+def test_a_layout_table_lists_the_first_and_last_views_and_counts_the_rest():
+    from functional_ws.display._values import SHOWN_VIEWS
+
+    count = SHOWN_VIEWS + 31
+    _, layout = fws.acquire(fws.initial_state(), (0, 0), *[((n + 1,), U8) for n in range(count)])
+    html = layout._repr_html_()
+    numbers = [int(n) for n in re.findall(r'<tr><td class="fws-num">(\d+)</td>', html)]
+    half = SHOWN_VIEWS // 2
+    assert numbers == [*range(half), *range(count - half, count)]
+    assert f"31 views not shown (views {half} to {count - half - 1}" in html
+    _, small = fws.acquire(fws.initial_state(), (0, 0), *[((1,), U8)] * SHOWN_VIEWS)
+    assert "not shown" not in small._repr_html_()
+    assert small._repr_html_().count('<tr><td class="fws-num">') == SHOWN_VIEWS

@@ -276,3 +276,31 @@ def test_html_bands_carry_no_label_only_hover_text():
     (band,) = re.findall(r'<div class="fws-seg fws-clobbered fws-band"[^>]*>(.*?)</div>', html)
     assert band == ""
     assert 'fws-band" data-start="1536" data-end="1792" title="retained &#x27;kv&#x27;' in html
+
+
+def test_views_past_the_first_hundred_are_one_range_named_by_count_and_dtypes():
+    from functional_ws.display._picture import MAX_DRAWN_VIEWS
+
+    specs = [((300,), U8)] * (MAX_DRAWN_VIEWS + 50) + [((7,), F32)]
+    s, layout = fws.acquire(fws.initial_state(), (0, 0), *specs)
+    (p,) = slot_pictures(s, {(0, 0): layout})
+    assert len(p.views) == MAX_DRAWN_VIEWS
+    (more,) = [g for g in p.segments if g.kind == "more"]
+    assert (more.start, more.end) == (layout.offsets[MAX_DRAWN_VIEWS], layout.total)
+    assert more.label == "51 more views" and "(uint8, float32)" in more.detail
+    tiles = [g for g in p.segments if not g.over]  # still back to back, 0 to capacity
+    assert all(a.end == b.start for a, b in itertools.pairwise(tiles))
+    assert tiles[0].start == 0 and tiles[-1].end == s.capacity((0, 0))
+    html = fws.render_html(s, {(0, 0): layout})
+    assert html.count('class="fws-seg fws-view"') == MAX_DRAWN_VIEWS
+    assert "51 more views" in html and "more views, not drawn one by one" in html
+    placed = place(p, BAR_PX, MIN_VIEW_PX)  # the range gets a view's minimum width
+    x0, x1 = placed.spans[p.segments.index(more)]
+    assert x1 - x0 >= BAR_PX / (2 * (MAX_DRAWN_VIEWS + 1)) - 1e-9
+
+
+def test_a_request_of_twenty_thousand_views_draws_in_kilobytes():
+    s, layout = fws.acquire(fws.initial_state(), (0, 0), *[((1,), U8)] * 20_000)
+    assert len(fws.render_html(s, {(0, 0): layout})) < 60_000  # it was 5 MB
+    assert len(layout._repr_html_()) < 60_000
+    assert str(layout).count("\n") == 20_000  # the text still lists every view
