@@ -33,7 +33,7 @@ from functional_ws import ViewSpec, WorkspaceState
 
 from .. import _context
 from .._compile import run_eagerly_under_compile
-from .._context import SLOT, current_slot, known_slot, provided_ubatch
+from .._context import SLOT, known_slot, provided_ubatch
 from .._device import device_memory, normalize_device
 from .._diagnostics import debug_enabled, logger
 from . import _plans
@@ -168,7 +168,7 @@ class WorkspaceManager:
         self._persistent = PersistentTables(count)
         self._tables: Sequence[dict[Hashable, Any]] = self._persistent.tables
         self._server = Server(self._engine, self._memos, self._persistent)
-        self._recorder = Recorder(current_slot)
+        self._recorder = Recorder(WorkspaceManager._current_slot)  # the slot it serves in
         self._recorder.adopt(self)
         #: What a copy is made with (:meth:`__reduce__`).
         self._config = {

@@ -84,13 +84,15 @@ class Recorder:
     reference to the manager, so dropping a manager frees it at once).
 
     Args:
-        current_slot: says which slot the calling context works in.
+        current_slot: says which slot the calling context works in, given the manager
+            (the slot its requests are served in: on a thread XLA runs a ``torch_call``
+            function on, a one-slot manager's only slot).
 
     Attributes:
         active: the histories recording now (by identity), in the order their blocks began.
     """
 
-    def __init__(self, current_slot: Callable[[], Slot]) -> None:
+    def __init__(self, current_slot: Callable[[Any], Slot]) -> None:
         self.active: dict[int, History] = {}
         #: The handles on the manager (it and its shallow copies) by identity (a subclass may
         #: define ``__eq__``), whose hot paths a recording routes to the slow paths that
@@ -107,7 +109,7 @@ class Recorder:
         Yields:
             The :class:`History`, filled as calls are made; it starts with the current state.
         """
-        history = History([Record("start", self._current_slot(), manager.state)])
+        history = History([Record("start", self._current_slot(manager), manager.state)])
         # A Ctrl-C anywhere leaves nothing behind: the history goes in the finally, and a
         # handle left routed (the loop interrupted) is routed back by its slow path (heal).
         try:
@@ -178,7 +180,7 @@ class Recorder:
         except Exception as err:
             call = f"{name}(<arguments whose repr raised {_outcome(err)}>)"
         try:
-            slot: Slot | None = self._current_slot()
+            slot: Slot | None = self._current_slot(manager)
         except Exception:
             slot = None
         try:

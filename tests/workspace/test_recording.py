@@ -239,3 +239,30 @@ def test_a_call_text_keeps_the_users_keys_and_names_functions():
         f"get_persistent_resource({module!r}, {dict!r})",
         "get_simultaneous((Size([2, 3]), bfloat16))",
     ]
+
+
+def test_a_request_on_a_thread_of_unknown_slot_is_traced_in_the_slot_it_was_served_in():
+    # XLA runs a torch_call function on its own thread, where the caller's slot is unknown
+    # (_context.slot_unknown, as _torch_callback sets it): a one-slot manager serves its only
+    # slot, and the trace must say so, or worst_case sizes the workspace without it.
+    from interop._context import slot_unknown
+    from interop.errors import SlotUnknownError
+
+    ws = WorkspaceManager("cpu")
+    with ws.recording() as history, slot_unknown("an XLA thread"):
+        ws.get_simultaneous(((1000,), torch.uint8))
+        ws.get_retained("tail", (300,), torch.uint8)
+    assert [r.slot for r in history[1:]] == [(0, 0), (0, 0)]
+    sized = WorkspaceManager("cpu")
+    sized.reserve_for(history.trace())
+    sized.lock()
+    assert sized.state.capacity((0, 0)) == ws.state.capacity((0, 0)) == 1024
+    assert fws.replay(sized.state, history.trace()) == ()
+    two = WorkspaceManager("cpu", num_ubatches=2)
+    with (
+        two.recording() as history,
+        slot_unknown("an XLA thread"),
+        pytest.raises(SlotUnknownError),
+    ):
+        two.get_simultaneous(((1000,), torch.uint8))
+    assert history[1].slot is None and len(history.trace()) == 0  # refused: nothing to size
