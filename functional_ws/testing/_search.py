@@ -17,7 +17,7 @@ from typing import Any, Generic, TypeVar
 import hypothesis
 from hypothesis import find
 from hypothesis import strategies as st
-from hypothesis.errors import NoSuchExample
+from hypothesis.errors import Flaky, NoSuchExample
 
 from .._errors import TraceTypeError
 from .._sizing import Shortfall, replay
@@ -98,6 +98,8 @@ def find_shortfall(
             a state or ``settings`` not settings.
         TraceTypeError: (``TypeError``) ``workload`` returned something other than a trace.
         TraceMismatchError: (``ValueError``) a trace names a slot ``state`` does not have.
+        hypothesis.errors.Flaky: the parameters found fell short in the search but not when
+            the workload ran again (it is not deterministic).
 
     Example:
         >>> import numpy as np
@@ -149,4 +151,12 @@ def find_shortfall(
     except NoSuchExample:
         return None
     trace = trace_of(found)
-    return Counterexample(found, trace, replay(state, trace))
+    shortfalls = replay(state, trace)
+    if not shortfalls:
+        raise Flaky(
+            f"find_shortfall: workload({found!r}) fell short during the search but not when "
+            f"run again ({trace!r}): the workload must give the same trace for the same "
+            "parameters (no state kept between calls, no randomness of its own, parameters "
+            "it does not change)."
+        )
+    return Counterexample(found, trace, shortfalls)

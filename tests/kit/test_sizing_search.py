@@ -121,3 +121,27 @@ def test_the_default_search_has_no_deadline_a_workload_may_run_a_model():
     finally:
         hypothesis_settings.load_profile(loaded)
     assert found is None
+
+
+U8 = np.dtype("uint8")
+DERANDOMIZED = settings(max_examples=100, derandomize=True, database=None, deadline=None)
+
+
+def two_views(sizes):
+    a, b = sizes
+    return fws.Trace().acquire((0, 0), ((a,), U8), ((b,), U8))
+
+
+def test_a_workload_that_uses_up_its_parameters_is_flaky_not_a_counterexample():
+    from hypothesis.errors import Flaky
+
+    def consuming(sizes):  # pops the list it is given: run again, it asks for nothing
+        trace = fws.Trace()
+        while sizes:
+            trace = trace.acquire((0, 0), ((sizes.pop(),), U8))
+        return trace
+
+    reserved = fws.worst_case(consuming([1000]), like=fws.initial_state())
+    sizes = st.lists(st.integers(0, 5000), min_size=1)
+    with pytest.raises(Flaky, match=r"fell short during the search but not when run again"):
+        find_shortfall(sizes, consuming, reserved, settings=DERANDOMIZED)
