@@ -132,6 +132,19 @@ def two_views(sizes):
     return fws.Trace().acquire((0, 0), ((a,), U8), ((b,), U8))
 
 
+def test_a_shortfall_only_at_the_corner_of_the_ranges_is_found_in_a_small_budget():
+    # 256 bytes short only where both sizes are near 4096: the ci profile's 60 draws missed
+    # that corner (a sizing attack), and 100 draws miss it without the search's climb.
+    need = fws.worst_case(two_views((4096, 4096)), like=fws.initial_state()).capacity((0, 0))
+    planted = fws.lock(fws.reserve(fws.initial_state(), [((need - 256,), U8)])[0])
+    sizes = st.tuples(st.integers(0, 4096), st.integers(0, 4096))
+    found = find_shortfall(sizes, two_views, planted, settings=DERANDOMIZED)
+    assert found is not None and found.shortfalls == fws.replay(planted, found.trace) != ()
+    assert min(found.params) > 3584  # the corner: both sizes large
+    exact = fws.lock(fws.reserve(fws.initial_state(), [((need,), U8)])[0])
+    assert find_shortfall(sizes, two_views, exact, settings=DERANDOMIZED) is None
+
+
 def test_a_workload_that_uses_up_its_parameters_is_flaky_not_a_counterexample():
     from hypothesis.errors import Flaky
 
