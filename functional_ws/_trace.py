@@ -143,13 +143,15 @@ class Trace(Presented):
         counts = ", ".join(f"{kinds[k]} {k}" for k in EVENT_KINDS if kinds[k])
         slots = self.slots
         text = f"{len(self.events)} event{'' if len(self.events) == 1 else 's'}"
-        if slots:
+        if len(slots) > _NAMED_SLOTS:  # (a repr, a header: one line, whatever the trace)
+            text += f" in {len(slots):,} slots, {slots[0]} to {slots[-1]}"
+        elif slots:
             text += f" in slot{'s' if len(slots) > 1 else ''} {', '.join(map(str, slots))}"
         return f"Trace({text}: {counts})" if counts else f"Trace({text})"
 
     # ----- JSON -----
 
-    def to_json(self, *, indent: int | None = None) -> str:
+    def to_json(self, *, indent: int | str | None = None) -> str:
         """The trace as JSON text (format ``functional-ws/trace``, version 1).
 
         Keys are written exactly when they are ``None``, a bool, a str, an int, a finite
@@ -157,7 +159,12 @@ class Trace(Presented):
         ``repr`` and read back as a :class:`ReprKey` (see :meth:`from_json`).
 
         Args:
-            indent: as :func:`json.dumps`.
+            indent: as :func:`json.dumps` (``None``, an int or a str).
+
+        Raises:
+            TraceTypeError: (``TypeError``) ``indent`` is of another type.
+            InvalidTraceError: (``ValueError``) a key JSON cannot write (an int of more
+                digits than Python converts, nesting too deep), naming its event.
         """
         return events_to_json(self.events, indent)
 
@@ -168,7 +175,10 @@ class Trace(Presented):
         A key written by its ``repr`` comes back as a :class:`ReprKey` holding that text:
         it equals no live object, but :func:`functional_ws.replay` matches a claim's
         :class:`ReprKey` with a persistent key of the same ``repr``, so a trace read back
-        replays as the trace that was written.
+        replays as the trace that was written against a state holding the keys it was
+        recorded with. Keys equal to one another but spelled apart (an ``IntEnum`` or
+        ``StrEnum`` member and its plain value, ``1+0j`` and ``1``) match live, but not
+        once read back: claim a persistent key under one spelling.
 
         Raises:
             TraceTypeError: (``TypeError``) ``text`` is not a str or bytes.
@@ -181,6 +191,9 @@ class Trace(Presented):
         """
         return cls(events_from_json(text))
 
+
+#: The most slots a trace's one-line summary names; past it, their count and the range.
+_NAMED_SLOTS = 8
 
 #: ``Trace(events)`` for events already checked, without checking each again: appending one
 #: event to a trace of n would otherwise cost n checks, and building it n squared.

@@ -146,8 +146,13 @@ def _event_to_json(event: TraceEvent) -> dict[str, Any]:
     return data
 
 
-def events_to_json(events: tuple[TraceEvent, ...], indent: int | None = None) -> str:
+def events_to_json(events: tuple[TraceEvent, ...], indent: int | str | None = None) -> str:
     """The JSON text of a trace of ``events`` (:meth:`Trace.to_json`)."""
+    if indent is not None and (type(indent) not in (int, str)):
+        raise TraceTypeError(
+            f"to_json(indent={indent!r}): indent must be None, an int or a str, as "
+            "json.dumps takes it."
+        )
     written = []
     for i, event in enumerate(events):
         try:
@@ -160,7 +165,18 @@ def events_to_json(events: tuple[TraceEvent, ...], indent: int | None = None) ->
     try:
         return json.dumps(data, indent=indent, allow_nan=False)
     except (ValueError, RecursionError) as err:  # an int key of too many digits, nesting
-        raise InvalidTraceError(f"trace cannot be written as JSON: {err}") from None
+        where = _which(written)
+        raise InvalidTraceError(f"trace cannot be written as JSON: {where}{err}") from None
+
+
+def _which(written: list[dict[str, Any]]) -> str:
+    """``trace.events[i]: `` for the first event JSON cannot write, else nothing."""
+    for i, event in enumerate(written):
+        try:
+            json.dumps(event, allow_nan=False)
+        except (ValueError, RecursionError):
+            return f"trace.events[{i}]'s key: "
+    return ""  # pragma: no cover - the whole failed, so one event does
 
 
 def events_from_json(text: str | bytes) -> tuple[TraceEvent, ...]:
@@ -193,6 +209,12 @@ def _events_from_json(text: str | bytes | bytearray) -> tuple[TraceEvent, ...]:
         raise InvalidTraceError(
             f"trace must have format={FORMAT!r} and version={VERSION}, got "
             f"format={data.get('format')!r}, version={data.get('version')!r}."
+        )
+    unknown = sorted(set(data) - {"format", "version", "events"}, key=str)
+    if unknown:  # (what a version-1 trace holds; nothing in it is read past the events)
+        raise InvalidTraceError(
+            f"trace has field(s) {', '.join(map(repr, unknown))} that a version-{VERSION} "
+            "trace does not have (format, version, events)."
         )
     events = data.get("events")
     if type(events) is not list:

@@ -255,6 +255,9 @@ BAD_JSON = [
     ("nested-key", '{"format": "functional-ws/trace", "version": 1, "events": [{"kind": '
      '"claim", "slot": [0, 0], "key": ' + '{"tuple": [' * 2000 + "]}" * 2000 + "}]}",
      fws.InvalidTraceError, ["nested too deeply"]),
+    ("top-level-field", '{"format": "functional-ws/trace", "version": 1, "events": [], '
+     '"more_events": [{"kind": "acquire", "slot": [0, 0], "views": [[4096, "uint8"]]}]}',
+     fws.InvalidTraceError, ["'more_events'", "version-1 trace does not have"]),
 ]  # fmt: skip
 
 
@@ -361,10 +364,28 @@ def test_a_key_json_cannot_write_is_an_invalid_trace_and_replays_as_unspellable(
     for _ in range(5000):
         deep = (deep,)
     for key in (huge, deep):
-        with pytest.raises(fws.InvalidTraceError, match=r"events\[0\]|as JSON"):
-            fws.Trace().claim((0, 0), key).to_json()
+        with pytest.raises(fws.InvalidTraceError, match=r"events\[1\]"):  # names the event
+            fws.Trace().acquire((0, 0), ((1,), U8)).claim((0, 0), key).to_json()
     state = fws.lock(fws.claim(fws.initial_state(), (0, 0), huge)[0])
     back = fws.Trace.from_json(fws.Trace().claim((0, 0), (fws.Trace, "scales")).to_json())
     assert isinstance(back.events[0].key[0], fws.ReprKey)  # compared by its spelling
     (shortfall,) = fws.replay(state, back)  # a new key: a locked state refuses it
     assert shortfall.index == 0
+
+
+@pytest.mark.parametrize("indent", [[1], 1.5, True, b" "])
+def test_to_json_refuses_an_indent_json_does_not_take_naming_it(indent):
+    with pytest.raises(fws.TraceTypeError, match=r"indent=") as info:
+        _sample().to_json(indent=indent)
+    assert repr(indent) in str(info.value)
+    assert fws.Trace.from_json(_sample().to_json(indent="\t")) == _sample()  # json's str indent
+
+
+def test_the_one_line_summary_of_a_trace_in_many_slots_names_their_count_and_range():
+    trace = fws.Trace()
+    for ubatch in range(5000):
+        trace = trace.acquire((ubatch, 0), ((1,), U8))
+    assert repr(trace) == "Trace(5000 events in 5,000 slots, (0, 0) to (4999, 0): 5000 acquire)"
+    assert len(str(trace).splitlines()[0]) < 100 and len(trace._repr_html_()) < 60_000
+    two = fws.Trace().acquire((0, 0), ((1,), U8)).acquire((1, 0), ((1,), U8))
+    assert repr(two) == "Trace(2 events in slots (0, 0), (1, 0): 2 acquire)"
