@@ -22,7 +22,7 @@ from typing import Any, cast
 
 import torch
 
-from functional_ws import ViewSpec
+from functional_ws import ReprKey, ViewSpec
 from functional_ws._presenters import install_key_namer, key_text, safe_repr
 
 from .._errors import PersistentMismatchError, PersistentNotTensorError
@@ -82,16 +82,28 @@ class PersistentTables:
 
 def tensor_key_text(key: object) -> str | None:
     """How displays name a key ``get_persistent`` stored: ``'p20' (tensor)`` for
-    ``(torch.Tensor, 'p20')``, not ``(<class 'torch.Tensor'>, 'p20')``; ``None`` for any
-    other key.
+    ``(torch.Tensor, 'p20')``, not ``(<class 'torch.Tensor'>, 'p20')``, and the same for
+    such a key read back from a trace's JSON (there ``torch.Tensor`` is a
+    :class:`functional_ws.ReprKey` of its ``repr``); ``None`` for any other key.
 
     Example:
         >>> tensor_key_text((torch.Tensor, ("weights", 3))), tensor_key_text(("weights", 3))
         ("('weights', 3) (tensor)", None)
+        >>> from functional_ws import ReprKey
+        >>> tensor_key_text((ReprKey(repr(torch.Tensor)), "p20"))
+        "'p20' (tensor)"
     """
-    if type(key) is tuple and len(key) == 2 and key[0] is torch.Tensor:
+    if type(key) is not tuple or len(key) != 2:
+        return None
+    kind = key[0]
+    if kind is torch.Tensor or (type(kind) is ReprKey and kind == _READ_BACK):
         return f"{key_text(key[1])} (tensor)"
     return None
+
+
+#: ``torch.Tensor`` in a key read back from a trace's JSON (:meth:`Trace.to_json` writes
+#: it as its ``repr``).
+_READ_BACK = ReprKey(repr(torch.Tensor))
 
 
 install_key_namer(tensor_key_text)

@@ -311,3 +311,16 @@ def test_a_key_with_a_huge_repr_is_cut_in_displays_not_in_errors():
     from functional_ws._presenters import key_text
 
     assert key_text((torch.Tensor, "w" * 250)).endswith("www... (tensor)")  # still marked
+
+
+def test_a_get_persistent_key_read_back_from_json_prints_as_it_was_written():
+    ws = WorkspaceManager("cpu")
+    with ws.recording() as history:
+        ws.get_persistent("w", (10,), torch.float32)
+        ws.get_persistent(("moe", 3), (4,), torch.int32)
+    trace = history.trace()
+    back = fws.Trace.from_json(trace.to_json())
+    assert str(back) == str(trace) and "'w' (tensor)" in str(back)
+    assert "('moe', 3) (tensor)" in str(back)
+    locked = fws.lock(fws.initial_state())
+    assert [str(s) for s in fws.replay(locked, back)] == [str(s) for s in fws.replay(locked, trace)]
