@@ -187,7 +187,10 @@ def replay(state: WorkspaceState, trace: Trace) -> tuple[Shortfall, ...]:
 
     Args:
         state: the workspace to check (a manager's ``.state``, a plan, a
-            :func:`worst_case`).
+            :func:`worst_case`), as it is: a plan saved while a slot held no buffer (a
+            growth in flight, or one that failed) has capacity 0 there, though
+            :func:`apply_plan` reserves the slot's high-water mark; to check what loading
+            a plan reserves, replay ``apply_plan(like, plan)[0]``.
         trace: the requests.
 
     Returns:
