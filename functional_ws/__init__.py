@@ -54,6 +54,7 @@ from ._layout import Layout as Layout
 from ._layout import Span as Span
 from ._ops import acquire as acquire
 from ._ops import claim as claim
+from ._ops import forget_retained as forget_retained
 from ._ops import initial_state as initial_state
 from ._ops import lock as lock
 from ._ops import retain as retain
@@ -117,6 +118,7 @@ __all__ = [
     "diff",
     "display",
     "fast_paths",
+    "forget_retained",
     "from_dict",
     "initial_state",
     "lock",

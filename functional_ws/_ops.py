@@ -475,6 +475,38 @@ def retain(
     return with_slots(state, tuple(slots)), span, intact
 
 
+def forget_retained(state: WorkspaceState, slot: Slot, key: Hashable) -> WorkspaceState:
+    """The state once a retained view of ``key`` in ``slot`` may not have reached its bytes
+    (the call that made it was interrupted after planning, or the view is a tensor that
+    holds none, such as a fake one): the slot retains nothing, so the next :func:`retain`
+    there is not intact. ``state`` itself where the slot does not retain ``key``.
+
+    Args:
+        state: the current state.
+        slot: ``(ubatch, lane)``.
+        key: the key whose span to forget (another key's span is kept).
+
+    Example:
+        >>> import numpy as np
+        >>> u8 = np.dtype("uint8")
+        >>> s, _, _ = retain(initial_state(), (0, 0), "kv", ((100,), u8))
+        >>> s = forget_retained(s, (0, 0), "kv")
+        >>> s.slots[0].retained, retain(s, (0, 0), "kv", ((100,), u8))[2]
+        (None, False)
+        >>> forget_retained(s, (0, 0), "kv") is s
+        True
+    """
+    index = state.index(slot)
+    current = state.slots[index]
+    if current.retained is None or current.retained[0] != key:
+        return state
+    slots = list(state.slots)
+    slots[index] = make_slot(
+        current.capacity, current.high_water, current.growths, None, current.persistent_keys
+    )
+    return with_slots(state, tuple(slots))
+
+
 def replay_retain(
     state: WorkspaceState, span: Span, hint: WorkspaceState | None = None
 ) -> tuple[WorkspaceState, Span, bool]:

@@ -420,6 +420,15 @@ class AllocationSuppressedError(WorkspaceError, RuntimeError, TypeError):
     reason: ClassVar[str] = "suppressed"
 
 
+class FakeCopyError(WorkspaceError, RuntimeError):
+    """A pickled manager was read back under a torch mode that makes tensors fake
+    (``FakeTensorMode``, a ``make_fx`` trace): its bytes came back as tensors that hold
+    none, so the copy would call a retained span intact over bytes nobody wrote. A
+    ``RuntimeError`` too, as torch raises for the data of such a tensor."""
+
+    reason: ClassVar[str] = "fake-copy"
+
+
 # ----- calls that cannot settle -----
 
 
@@ -508,7 +517,7 @@ PUBLIC_ERRORS: tuple[type[Exception], ...] = (
     AllocationNotStridedError, AllocationStorageOffsetError,
     AllocationNegativeBitError, AllocationOverlapError,
     UnknownDeviceError, DeviceUnavailableError, GrowthDuringCaptureError, ReplanLimitError,
-    AllocationSuppressedError, NotInitializedError, FactoryNotCallableError,
+    AllocationSuppressedError, FakeCopyError, NotInitializedError, FactoryNotCallableError,
     PersistentMismatchError, PersistentNotTensorError,
     ReadOnlyAttributeError,
 )  # fmt: skip

@@ -885,3 +885,29 @@ def on_foreign_thread() -> bool:
         False
     """
     return type(threading.current_thread()) is _DUMMY_THREAD
+
+
+def _fake_tensor_class() -> type | None:
+    """torch's fake tensor class (``FakeTensorMode``, ``make_fx``: shapes, no bytes)."""
+    try:
+        from torch._subclasses.fake_tensor import FakeTensor
+    except ImportError:  # pragma: no cover - a torch without them has none to find
+        return None
+    return FakeTensor
+
+
+_FakeTensor = _fake_tensor_class()
+
+
+def is_fake_tensor(value: object) -> bool:
+    """Whether ``value`` is one of torch's fake tensors (it holds no bytes).
+
+    Example:
+        >>> import torch
+        >>> from torch._subclasses.fake_tensor import FakeTensorMode
+        >>> with FakeTensorMode():
+        ...     fake = torch.empty(2)
+        >>> is_fake_tensor(fake), is_fake_tensor(torch.empty(2))
+        (True, False)
+    """
+    return _FakeTensor is not None and isinstance(value, _FakeTensor)

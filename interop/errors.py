@@ -61,6 +61,7 @@ from ._errors import DeviceNotVisibleError as DeviceNotVisibleError
 from ._errors import DeviceUnavailableError as DeviceUnavailableError
 from ._errors import DroppedGradientWarning as DroppedGradientWarning
 from ._errors import FactoryNotCallableError as FactoryNotCallableError
+from ._errors import FakeCopyError as FakeCopyError
 from ._errors import FakeTensorError as FakeTensorError
 from ._errors import FunctionNotCallableError as FunctionNotCallableError
 from ._errors import GradientTrackedError as GradientTrackedError
@@ -129,6 +130,7 @@ __all__ = [
     "DeviceUnavailableError",
     "DroppedGradientWarning",
     "FactoryNotCallableError",
+    "FakeCopyError",
     "FakeTensorError",
     "FunctionNotCallableError",
     "GradientTrackedError",

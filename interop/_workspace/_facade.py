@@ -36,6 +36,8 @@ from .._compile import run_eagerly_under_compile
 from .._context import SLOT, known_slot, provided_ubatch
 from .._device import device_memory, normalize_device
 from .._diagnostics import debug_enabled, logger
+from .._errors import FakeCopyError
+from .._private import is_fake_tensor
 from . import _plans
 from ._allocators import AllocatorArg, allocator_stack
 from ._buffers import SlotBuffers
@@ -438,12 +440,16 @@ class WorkspaceManager:
                     entry = None  # the slow path may grow the slot: pin nothing of it
                     return self._retain(key, shape, dtype)
             state = self._engine.state
+            intact: bool | None = True
             if entry.state is state:  # the replay left this state unchanged: intact
                 memo.last = entry.plan  # what the pictures draw
-                return entry.view.view(dtype), True
-            intact = replay_and_swap(self._engine, memo, entry, state)
+            else:
+                intact = replay_and_swap(self._engine, memo, entry, state)
             if intact is not None:
-                return entry.view.view(dtype), intact
+                view = entry.view.view(dtype)
+                if type(view) is not torch.Tensor:  # under a mode (a fake tensor): its
+                    self._server.forget((ubatch, lane), key)  # writes may reach no byte
+                return view, intact
         entry = None  # the slow path may grow the slot: pin nothing of its old buffer
         return self._retain(key, shape, dtype)
 
@@ -934,6 +940,15 @@ def _rebuild(
     """A manager of class ``cls`` and ``config`` on ``device`` that is a copy of one whose
     state, bytes, persistent tables and a subclass's state (:meth:`_extras`) were these
     (each slot's bytes copied into a buffer of its own)."""
+    fake = [b for b in buffers if b is not None and type(b) is not torch.Tensor]
+    fake += [v for table in tables for v in table.values() if is_fake_tensor(v)]
+    if fake:
+        raise FakeCopyError(
+            f"a {cls.__name__} was unpickled under a torch mode that makes tensors fake "
+            f"(its bytes came back as {type(fake[0]).__name__}, which holds none): the copy "
+            "would call its retained spans intact over bytes nobody wrote, and keep fake "
+            "persistent tensors. Unpickle it outside the mode (FakeTensorMode, make_fx)."
+        )
     manager = _new_like(cls, device, config)
     manager._engine.adopt(state, buffers)
     for table, kept in zip(manager._persistent.tables, tables, strict=True):

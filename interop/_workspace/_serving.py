@@ -91,13 +91,26 @@ class Server:
             return new, (span.offset,), (span.without_growth(), intact), span.growth
 
         for _ in range(MAX_PLANS):
-            served = self.engine.serve(transition, index, ((shape, dtype),), user_code)
+            before = self.engine.state
+            try:
+                served = self.engine.serve(transition, index, ((shape, dtype),), user_code)
+            except BaseException:  # (a Ctrl-C, a torch mode's handler while the view is carved)
+                if self.engine.state is not before:  # planned, perhaps installed: no view made
+                    self.forget(slot, key)
+                raise
             (view,), (span, intact), state, generation = served
+            if type(view) is not torch.Tensor:  # a mode's tensor (a fake one): its writes
+                self.forget(slot, key)  # may reach no byte, so the next call is not intact
             memo = self.memos.retained_memo(index)
             memoise_retained(memo, (key, shape, dtype), span, view, state, generation)
             if self.engine.generation(index) == generation:  # the key's code ran meanwhile
                 return view.view(dtype), intact
         raise ReplanLimitError.for_user_code(user_code or "the key", MAX_PLANS)
+
+    def forget(self, slot: Slot, key: Hashable) -> None:
+        """The slot retains ``key``'s span no more (a view of it may not have reached its
+        bytes): the next ``get_retained`` there is not intact. Honest, never optimistic."""
+        self.engine.update(lambda state: fws.forget_retained(state, slot, key))
 
     def reserve(self, requests: list[list[ViewSpec]], slots: tuple[Slot, ...] | None) -> None:
         """Grow the ``slots`` (``None``: every slot) to fit each of ``requests``

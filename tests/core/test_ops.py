@@ -65,6 +65,19 @@ def test_retained_span_semantics():
     assert span3.growth == ((S, 2000),) and not intact3 and span3.offset == 0
 
 
+def test_forget_retained_drops_only_that_keys_span_and_nothing_else():
+    s, _ = fws.acquire(fws.initial_state(num_ubatches=2), S, ((1000,), U8))
+    s, _, _ = fws.retain(s, S, "k", ((100,), U8))
+    forgot = fws.forget_retained(s, S, "k")
+    assert forgot.slots[0].retained is None and not fws.retain(forgot, S, "k", ((100,), U8))[2]
+    assert dataclasses.replace(forgot.slots[0], retained=s.slots[0].retained) == s.slots[0]
+    assert forgot.slots[1:] == s.slots[1:] and forgot.locked == s.locked
+    assert fws.forget_retained(s, S, "other") is s  # another key's span is kept
+    assert fws.forget_retained(s, (1, 0), "k") is s  # a slot retaining nothing
+    with pytest.raises(fws.UbatchNotConfiguredError):
+        fws.forget_retained(s, (5, 0), "k")
+
+
 def test_same_start_with_another_size_counts_as_intact_like_the_original():
     s, _ = fws.acquire(fws.initial_state(), S, ((1000,), U8))
     s, a, _ = fws.retain(s, S, "k", ((10,), U8))

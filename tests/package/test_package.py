@@ -16,6 +16,7 @@ CORE_NAMES = {
     "Layout", "PersistentKeyLockedError", "Slot", "SlotState", "Span",
     "UbatchNotConfiguredError", "ViewSpec", "WorkspaceError", "WorkspaceLockedError",
     "WorkspaceState", "acquire", "after_failed_growth", "apply_plan", "claim", "diff",
+    "forget_retained",
     "display", "from_dict", "initial_state", "lock", "plot", "render", "render_html",
     "fast_paths", "rebase", "reserve", "retain", "to_dict", "unlock",
     # sizing (issue 32): traces, the worst case, a replay
@@ -67,7 +68,8 @@ INTEROP_ERRORS_NAMES = {
     "PersistentKeyLockedError", "PersistentMismatchError", "PersistentNotTensorError",
     "FactoryNotCallableError",
     "ReadOnlyAttributeError",
-    "ReplanLimitError", "ResultDeviceError", "ResultDtypeError", "ResultLayoutError",
+    "ReplanLimitError", "FakeCopyError",
+    "ResultDeviceError", "ResultDtypeError", "ResultLayoutError",
     "ResultMismatchError",
     "ResultShapeError", "ResultSpecError", "ResultStructureError", "ShardedArrayError",
     "SlotUnknownError",

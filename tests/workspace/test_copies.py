@@ -342,3 +342,35 @@ def test_a_copy_whose_allocation_the_context_swallowed_is_refused(make_copy):
             copy.deepcopy(ws) if make_copy is copy.deepcopy else pickle.loads(payload)
     finally:
         _ARMED.clear()
+
+
+@pytest.mark.parametrize("holds", ["bytes", "persistent"])
+def test_a_manager_unpickled_under_fake_tensor_mode_is_refused_not_a_copy_without_bytes(holds):
+    # Read back under FakeTensorMode, its bytes came back as FakeTensors: the copy called
+    # its retained span intact over bytes never copied, and kept fake persistent tensors.
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from interop.errors import FakeCopyError
+
+    ws = interop.WorkspaceManager("cpu")
+    if holds == "bytes":
+        view, _ = ws.get_retained("logits", (8,), torch.float32)
+        view.copy_(torch.arange(8.0))
+    else:
+        ws.get_persistent("scales", (4,), torch.float32, zero_init=True).fill_(2.0)
+    blob = pickle.dumps(ws)
+    with (
+        FakeTensorMode(allow_non_fake_inputs=True),
+        pytest.raises(FakeCopyError, match=r"under a torch mode that makes tensors fake"),
+    ):
+        pickle.loads(blob)
+    copied = pickle.loads(blob)  # outside the mode: a copy with its bytes
+    if holds == "bytes":
+        view, intact = copied.get_retained("logits", (8,), torch.float32)
+        assert intact and view.tolist() == list(map(float, range(8)))
+    else:
+        assert copied.get_persistent("scales", (4,), torch.float32).tolist() == [2.0] * 4
+    meta = interop.WorkspaceManager("meta")  # a meta manager's tensors are meta, not fake
+    meta.get_persistent("p", (3,), torch.float32)
+    meta.get_simultaneous(((4,), torch.float32))
+    assert pickle.loads(pickle.dumps(meta)).state == meta.state

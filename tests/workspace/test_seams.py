@@ -444,7 +444,10 @@ def test_what_a_mode_returns_inside_it_is_not_handed_out_after_it(mode):
     tail, intact = ws.get_retained("tail", (16,), F32)
     for view in (seen, new, tail):
         assert type(view) is torch.Tensor and in_slot_buffer(ws, view)
-    assert intact  # the span kept its bytes: its view is the buffer's
+    # Under the fake mode the span's views were fake (their writes reached no byte): not
+    # intact then (the original says intact); a real view since, intact from then on.
+    assert intact is (mode is not _fake_mode)
+    assert ws.get_retained("tail", (16,), F32)[1] is True
     persistent = ws.get_persistent("q", (4,), F32)
     assert type(persistent) is torch.Tensor and persistent.untyped_storage().nbytes() == 16
     assert not inconsistencies(ws)
@@ -495,3 +498,66 @@ def test_a_default_device_keeps_the_memo(how):
             (view,) = ws.get_simultaneous(((64,), F32))
             ws.get_retained("tail", (16,), F32)
     assert len(memo_of(ws)) == 1 and in_slot_buffer(ws, view)
+
+
+# ----- honest "intact" when a retained view may not reach its bytes -----
+
+
+class _InterruptsCarving(TorchDispatchMode):
+    """Raises KeyboardInterrupt when a view is carved (as a Ctrl-C between a get_retained's
+    planning and its view would)."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func is torch.ops.aten.as_strided.default:
+            raise KeyboardInterrupt
+        return func(*args, **(kwargs or {}))
+
+
+class _Logs(TorchDispatchMode):
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
+
+
+def _retained_once(ws: interop.WorkspaceManager, times: int = 1) -> None:
+    for _ in range(times):  # twice or more: the memo serves the next call (its hit path)
+        view, _ = ws.get_retained("logits", (4,), torch.float32)
+        view.fill_(7.0)
+
+
+@pytest.mark.parametrize("seen", [1, 3], ids=["first sight", "memoised"])
+def test_a_fake_retained_view_leaves_the_next_call_not_intact(seen):
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    ws = interop.WorkspaceManager("cpu")
+    ws.get_simultaneous(((64,), torch.float32))
+    _retained_once(ws, seen)
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        fake, _ = ws.get_retained("logits", (4,), torch.float32)
+        fake.fill_(1.0)  # writes nothing the workspace holds
+    assert type(fake) is not torch.Tensor
+    assert ws.get_retained("logits", (4,), torch.float32)[1] is False  # it said True
+
+
+def test_a_retained_call_interrupted_while_carving_leaves_the_next_not_intact():
+    ws = interop.WorkspaceManager("cpu")
+    ws.get_simultaneous(((64,), torch.float32))
+    _retained_once(ws)
+    ws.get_retained("other", (4,), torch.float32)  # another key takes the span over
+    with pytest.raises(KeyboardInterrupt), _InterruptsCarving():
+        ws.get_retained("logits", (4,), torch.float32)  # planned, installed, no view
+    assert ws.get_retained("logits", (4,), torch.float32)[1] is False  # it said True
+
+
+def test_a_mode_whose_views_are_real_keeps_intact_and_a_refused_call_changes_nothing():
+    ws = interop.WorkspaceManager("cpu")
+    ws.get_simultaneous(((64,), torch.float32))
+    _retained_once(ws)
+    with _Logs():
+        view, intact = ws.get_retained("logits", (4,), torch.float32)
+    assert type(view) is torch.Tensor and intact is True
+    assert ws.get_retained("logits", (4,), torch.float32)[1] is True
+    ws.lock()
+    before = ws.state
+    with pytest.raises(AssertionError):
+        ws.get_retained("logits", (4096,), torch.float32)  # too large: refused
+    assert ws.state is before and ws.get_retained("logits", (4,), torch.float32)[1] is True
