@@ -97,6 +97,13 @@ class GradientTrackedError(HandoffError, ValueError, BufferError):
     reason = "grad"
 
 
+class TransformedTensorError(HandoffError, ValueError, BufferError):
+    """``to_jax`` of a tensor inside a ``torch.func`` transform (``vmap``, ``jvp``): a
+    transform's wrapper has no buffer of its own JAX could alias."""
+
+    reason = "transformed"
+
+
 class X64DisabledError(HandoffError, TypeError, BufferError):
     """A 64-bit tensor while JAX's x64 mode is off: JAX would narrow it to 32 bits."""
 
@@ -503,7 +510,8 @@ class ReadOnlyAttributeError(WorkspaceError, AttributeError):
 PUBLIC_ERRORS: tuple[type[Exception], ...] = (
     HandoffError, ZeroCopyError, UnsupportedLayoutError, MisalignedViewError,
     DeviceNotVisibleError, FakeTensorError, LazyViewError, ConjugateBitError, NegativeBitError,
-    ShardedArrayError, GradientTrackedError, X64DisabledError, UnsupportedDtypeError,
+    ShardedArrayError, GradientTrackedError, TransformedTensorError, X64DisabledError,
+    UnsupportedDtypeError,
     StreamTypeError, StreamDeviceError, DeletedArrayError, FunctionNotCallableError,
     UnsupportedPytreeError, JaxSettingError,
     JaxAlreadyStartedError, JaxPreallocationWarning, DroppedGradientWarning,

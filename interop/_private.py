@@ -911,3 +911,41 @@ def is_fake_tensor(value: object) -> bool:
         (True, False)
     """
     return _FakeTensor is not None and isinstance(value, _FakeTensor)
+
+
+def is_transform_wrapper(tensor: torch.Tensor) -> bool:
+    """Whether ``tensor`` is a ``torch.func`` transform's wrapper (``vmap``'s batched
+    tensor, ``grad``'s or ``jvp``'s): no storage of its own
+    (``torch._C._functorch.is_functorch_wrapped_tensor``, checked on torch 2.13 and 2.15).
+
+    Example:
+        >>> import torch
+        >>> seen = []
+        >>> _ = torch.func.vmap(lambda t: seen.append(is_transform_wrapper(t)) or t)(
+        ...     torch.ones(2, 3))
+        >>> seen, is_transform_wrapper(torch.ones(2))
+        ([True], False)
+    """
+    check = getattr(torch._C._functorch, "is_functorch_wrapped_tensor", None)
+    return bool(check(tensor)) if check is not None else False
+
+
+_FORWARD_AD = torch.autograd.forward_ad
+
+
+def forward_tangent(tensor: torch.Tensor) -> torch.Tensor | None:
+    """The forward-mode tangent ``tensor`` carries at the current dual level
+    (``torch.autograd.forward_ad``), or ``None``: outside a dual level, one module
+    attribute read (``forward_ad._current_level``, checked on torch 2.13 and 2.15).
+
+    Example:
+        >>> import torch
+        >>> import torch.autograd.forward_ad as fwAD
+        >>> with fwAD.dual_level():
+        ...     dual = fwAD.make_dual(torch.zeros(2), torch.ones(2))
+        ...     forward_tangent(dual).tolist(), forward_tangent(torch.zeros(2))
+        ([1.0, 1.0], None)
+    """
+    if getattr(_FORWARD_AD, "_current_level", -1) < 0:
+        return None
+    return _FORWARD_AD.unpack_dual(tensor).tangent  # type: ignore[no-any-return,no-untyped-call]

@@ -97,6 +97,7 @@ from ._errors import SlotUnknownError as SlotUnknownError
 from ._errors import StreamDeviceError as StreamDeviceError
 from ._errors import StreamTypeError as StreamTypeError
 from ._errors import TorchCallError as TorchCallError
+from ._errors import TransformedTensorError as TransformedTensorError
 from ._errors import UnknownAllocatorError as UnknownAllocatorError
 from ._errors import UnknownDeviceError as UnknownDeviceError
 from ._errors import UnsupportedDtypeError as UnsupportedDtypeError
@@ -181,6 +182,7 @@ __all__ = [
     "TorchCallError",
     "TraceMismatchError",
     "TraceTypeError",
+    "TransformedTensorError",
     "UbatchNotConfiguredError",
     "UnhashableKeyError",
     "UnknownAllocatorError",

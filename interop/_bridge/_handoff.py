@@ -25,6 +25,7 @@ from .._errors import (
     NegativeBitError,
     StreamDeviceError,
     StreamTypeError,
+    TransformedTensorError,
     UnsupportedDtypeError,
     UnsupportedLayoutError,
     X64DisabledError,
@@ -157,7 +158,23 @@ def to_jax(tensor: torch.Tensor, *, stream: Stream | None = None) -> jax.Array:
             "on jax 0.6.1 to 0.7.x). Refusing rather than hand JAX the wrong numbers. Call "
             ".contiguous() first (a copy), or upgrade jax."
         )
-    return _dlpack.import_tensor(tensor, target, stream)
+    if _private.forward_tangent(tensor) is not None:  # (outside a dual level: one read)
+        raise GradientTrackedError(
+            "to_jax: the tensor carries a forward-mode tangent (torch.autograd.forward_ad); "
+            "JAX would get its values and the tangent would be lost. Wrap the JAX function "
+            "with interop.jax_call(fn), whose jvp rule runs jax.jvp; pass "
+            "fwAD.unpack_dual(tensor).primal only if no tangent should flow."
+        )
+    try:
+        return _dlpack.import_tensor(tensor, target, stream)
+    except RuntimeError:  # "Cannot access data pointer of Tensor that doesn't have storage"
+        if _private.is_transform_wrapper(tensor):
+            raise TransformedTensorError(
+                "to_jax: the tensor is a torch.func transform's (vmap, jvp) wrapper, with "
+                "no buffer of its own JAX could alias. Wrap the JAX function with "
+                "interop.jax_call(fn): its vmap and jvp rules run jax.vmap and jax.jvp."
+            ) from None
+        raise
 
 
 def _is_permuted_dense(tensor: torch.Tensor) -> bool:

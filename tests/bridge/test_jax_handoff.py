@@ -334,3 +334,26 @@ def test_a_fake_tensor_is_refused_not_read_at_address_zero():
         assert isinstance(info.value, RuntimeError) and isinstance(info.value, BufferError)
         with pytest.raises(interop.errors.FakeTensorError):
             double(fake)
+
+
+def test_a_tensor_inside_a_torch_func_transform_is_refused_naming_jax_call():
+    # vmap's and jvp's wrappers raised torch's raw "Cannot access data pointer of Tensor
+    # that doesn't have storage"; a forward-AD dual tensor lost its tangent without a word.
+    import torch.autograd.forward_ad as fwAD
+
+    def handed(t):
+        interop.to_jax(t)
+        return t
+
+    with pytest.raises(interop.errors.TransformedTensorError, match=r"jax_call") as info:
+        torch.func.vmap(handed)(torch.ones(2, 4))
+    assert isinstance(info.value, BufferError) and isinstance(info.value, ValueError)
+    with pytest.raises(interop.errors.GradientTrackedError, match=r"forward-mode tangent"):
+        torch.func.jvp(handed, (torch.ones(4),), (torch.ones(4),))
+    with fwAD.dual_level():
+        dual = fwAD.make_dual(torch.zeros(4), torch.ones(4))
+        with pytest.raises(interop.errors.GradientTrackedError, match=r"unpack_dual"):
+            interop.to_jax(dual)
+        primal = fwAD.unpack_dual(dual).primal  # what the message offers: no tangent
+        assert interop.to_jax(primal).tolist() == [0.0] * 4
+        assert interop.to_jax(torch.ones(2)).tolist() == [1.0, 1.0]  # a plain tensor

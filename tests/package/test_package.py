@@ -68,7 +68,7 @@ INTEROP_ERRORS_NAMES = {
     "PersistentKeyLockedError", "PersistentMismatchError", "PersistentNotTensorError",
     "FactoryNotCallableError",
     "ReadOnlyAttributeError",
-    "ReplanLimitError", "FakeCopyError",
+    "ReplanLimitError", "FakeCopyError", "TransformedTensorError",
     "ResultDeviceError", "ResultDtypeError", "ResultLayoutError",
     "ResultMismatchError",
     "ResultShapeError", "ResultSpecError", "ResultStructureError", "ShardedArrayError",
