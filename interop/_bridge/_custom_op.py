@@ -26,7 +26,12 @@ process may run a graph it never traced. So a key means the same in every proces
 forward's is the function's key (``_functions.py``: a fingerprint of its code, closures
 and globals read) and a digest of the argument description; a backward's is its
 forward's key and the grad masks (:func:`backward_key`), and its entry is made from the
-forward's on first use, when a cached backward graph runs it.
+forward's on first use, when a cached backward graph runs it. A fingerprint cannot see
+everything a function reads (a dtype in a config object, a module edited between runs),
+and a cached graph bakes in the dtypes of the op's results: so the key of the call a
+graph keeps also names the dtypes and ranks of the results this process's function
+returns (:func:`traced_call` reads them from a probe, an op whose node is dead code), and
+a graph built for other results is never served to it.
 
 Shapes: JAX compiles per shape, so the fake implementation specialises the graph on the
 inputs' shapes and ints (a symbolic size becomes a guard on its value). A new shape
@@ -65,6 +70,8 @@ from ._handoff import JAX_DTYPES, SHARED_DTYPES, TORCH_DTYPES, check_wide_dtype,
 
 #: The op's name; it is registered when this module is imported.
 OP_NAME = "functional_ws::jax_call"
+#: The probe :func:`traced_call` reads the results' dtypes from.
+PROBE_NAME = "functional_ws::jax_call_probe"
 
 #: Why a jax_call runs outside the graph, and what to do instead.
 EAGER_ADVICE = (
@@ -200,6 +207,14 @@ def traced_call(caller_key: str, args: tuple[Any, ...], kwargs: dict[str, Any]) 
         # dropped the tangent silently. The eager call has one, the jvp rule.)
         return _call_eagerly(caller_key, args, kwargs)
     key = op_key(caller_key, structure)
+    # A probe (its node unused: dead code aot_eager and inductor drop; it computes no
+    # results) gives the results' dtypes and ranks, constants even under dynamic shapes;
+    # the key of the call names them:
+    # a graph torch cached on disk bakes them in, and a process whose function returns
+    # others (a dtype read from a config, a module edited between runs) must not run it.
+    with torch.no_grad():
+        probe = jax_call_probe(key, tensors, ints, floats)
+    key = signed_key(key, tuple((r.dtype, r.dim()) for r in probe))
     results = jax_call_op(key, tensors, ints, floats)
     return rebuild(result_structure(key), iter(results), iter(()))
 
@@ -228,6 +243,9 @@ class Entry:
     #: The function's :class:`Function`, held: its number (in the key) is then never given
     #: to a twin while this entry can run (a twin would find this entry under its key).
     owner: Any = None
+    #: Per inputs (shapes and dtypes, ints, floats): the results' description and shapes
+    #: and dtypes (:func:`_abstract_results`).
+    abstract: dict[Any, Any] = dataclasses.field(default_factory=dict)
 
 
 _entries: dict[str, Entry] = {}
@@ -251,6 +269,17 @@ def _op_key(caller_key: str, structure: Any) -> str:
             function = caller.function
             _entries[key] = Entry(caller.fn, structure, function.jitted, owner=function)
     return key
+
+
+def _signed_key(key: str, results: tuple[tuple[torch.dtype, int], ...]) -> str:
+    """``key`` with the dtypes and ranks of its results (what this process's function
+    returns): another key where they differ, so that no cached graph built for other
+    results runs this one (it read float16 bytes as bfloat16, or wrote past a buffer)."""
+    signed = f"{key}|{_digest(tuple((str(dtype), rank) for dtype, rank in results))}"
+    with _lock:
+        if signed not in _entries:
+            _entries[signed] = dataclasses.replace(_entries[key], result=None, abstract={})
+    return signed
 
 
 def _entry(key: str) -> Entry:
@@ -289,6 +318,8 @@ def _result_structure(key: str) -> Any:
 
 #: The entry's key for a wrapper and a description (a constant of the traced graph).
 op_key = constant_result(_op_key)
+#: The key naming the results' dtypes and ranks too (see :func:`traced_call`).
+signed_key = constant_result(_signed_key)
 #: The description of the entry's result, once the op's fake implementation has run.
 result_structure = constant_result(_result_structure)
 
@@ -427,21 +458,63 @@ def _fake(
 ) -> list[torch.Tensor]:
     entry = _entry(key)
     # int() of a symbolic size guards on its value: the graph is specialised per shape.
-    specs = [
-        jax.ShapeDtypeStruct(tuple(int(d) for d in t.shape), _jax_dtype(t.dtype))  # type: ignore[no-untyped-call]
-        for t in tensors
-    ]
-    values = [int(i) for i in ints]
-    reals = [float(f) for f in floats]  # likewise a guard on a symbolic float's value
+    shapes = tuple((tuple(int(d) for d in t.shape), t.dtype) for t in tensors)
+    values = tuple(int(i) for i in ints)
+    reals = tuple(float(f) for f in floats)  # likewise a guard on a symbolic float's value
+    structure, leaves = _abstract_results(entry, shapes, values, reals)
+    _record(entry, structure)
+    device = tensors[0].device if tensors else _default_device()
+    return [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in leaves]
+
+
+def _abstract_results(
+    entry: Entry, shapes: tuple[Any, ...], ints: tuple[int, ...], floats: tuple[float, ...]
+) -> tuple[Any, list[tuple[tuple[int, ...], torch.dtype]]]:
+    """The description of ``entry``'s results on tensors of ``shapes`` (``(shape, torch
+    dtype)`` pairs), ``ints`` and ``floats``, and each array's shape and torch dtype
+    (``jax.eval_shape``: the JAX trace, no computation; kept per inputs)."""
+    inputs = (shapes, ints, floats)
+    kept: tuple[Any, list[tuple[tuple[int, ...], torch.dtype]]] | None = entry.abstract.get(inputs)
+    if kept is not None:
+        return kept
+    specs = [jax.ShapeDtypeStruct(shape, _jax_dtype(dtype)) for shape, dtype in shapes]  # type: ignore[no-untyped-call]
 
     def fn(*arrays: Any) -> Any:
-        args, kwargs = _call_arguments(entry, iter(arrays), iter(values), iter(reals))
+        args, kwargs = _call_arguments(entry, iter(arrays), iter(ints), iter(floats))
         return entry.fn(*args, **kwargs)
 
     structure, leaves = _describe_result(jax.eval_shape(fn, *specs))
-    _record(entry, structure)
+    found = structure, [(tuple(a.shape), _torch_dtype(a.dtype)) for a in leaves]
+    entry.abstract[inputs] = found
+    return found
+
+
+@torch.library.custom_op(PROBE_NAME, mutates_args=())
+def jax_call_probe(
+    key: str, tensors: list[torch.Tensor], ints: list[int], floats: list[float]
+) -> list[torch.Tensor]:
+    """Empty tensors of the shapes and dtypes ``jax_call_op`` returns for the same
+    arguments, computed by no JAX call (:func:`traced_call` reads their dtypes; aot_eager
+    and inductor drop the unused node, the eager backend runs it: a lookup)."""
+    entry = _entry(key)
+    shapes = tuple((tuple(t.shape), t.dtype) for t in tensors)
+    _, leaves = _abstract_results(entry, shapes, tuple(ints), tuple(floats))
     device = tensors[0].device if tensors else _default_device()
-    return [torch.empty(a.shape, dtype=_torch_dtype(a.dtype), device=device) for a in leaves]
+    return [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in leaves]
+
+
+@jax_call_probe.register_fake
+def _probe_fake(
+    key: str, tensors: list[torch.Tensor], ints: list[int], floats: list[float]
+) -> list[torch.Tensor]:
+    # The op's fake implementation, but for the check of one result structure per key: the
+    # probe's key names no results (the signed key that follows it does, and checks).
+    shapes = tuple((tuple(int(d) for d in t.shape), t.dtype) for t in tensors)
+    values = tuple(int(i) for i in ints)
+    reals = tuple(float(f) for f in floats)
+    _, leaves = _abstract_results(_entry(key), shapes, values, reals)
+    device = tensors[0].device if tensors else _default_device()
+    return [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in leaves]
 
 
 def add_entry(fn: Callable[..., Any], args_structure: Any, *, jitted: bool) -> str:

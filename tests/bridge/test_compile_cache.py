@@ -89,3 +89,64 @@ def test_a_warm_cache_gives_the_cold_gradients(tmp_path):
             if mask != "hits":
                 assert all(e is None or e < 1e-5 for e in errors), (mask, report)
     assert masks["01"][0] is None and masks["01"][1] is not None
+
+
+CONFIGURED = textwrap.dedent(
+    """
+    import dataclasses, json, sys
+    import jax, jax.numpy as jnp, torch
+    from torch._dynamo.utils import counters
+    import interop
+
+    @dataclasses.dataclass
+    class Layer:
+        dtype: str
+
+    @dataclasses.dataclass
+    class Config:
+        layer: Layer
+
+    # Read from the command line, deeper than the function's fingerprint looks: two runs
+    # make functions alike in every way but the dtype of their result.
+    CFG = Config(Layer(sys.argv[1]))
+
+    @jax.jit
+    def head(w, x):
+        return jnp.tanh(x @ w).astype(CFG.layer.dtype)
+
+    layer = interop.jax_call(head)
+
+    def step(w, x):
+        return (layer(w, x).float() ** 2).sum()
+
+    compiled = torch.compile(step, backend="inductor")
+    generator = torch.Generator().manual_seed(0)
+    w0, x0 = torch.randn(8, 8, generator=generator), torch.randn(4, 8, generator=generator)
+    got, want = w0.clone().requires_grad_(), w0.clone().requires_grad_()
+    loss = compiled(got, x0)
+    loss.backward()
+    expected = step(want, x0)
+    expected.backward()
+    report = {
+        "loss": abs(float(loss) - float(expected)),
+        "grad": float((got.grad - want.grad).abs().max()),
+        "hits": counters["aot_autograd"]["autograd_cache_hit"],
+    }
+    print("REPORT", json.dumps(report))
+    """
+)
+
+
+def test_a_warm_cache_never_serves_a_graph_built_for_other_result_dtypes(tmp_path):
+    # The dtype came from a config the function's fingerprint does not reach: the second
+    # run hit the first run's graph, which read bfloat16 results as float16 (loss 72.5
+    # against 13.2, gradients off by 186; a module edited between runs corrupted the heap).
+    script = tmp_path / "configured.py"
+    script.write_text(CONFIGURED)
+    cache = tmp_path / "cache"
+    half = _run(script, cache, "float16")
+    brain = _run(script, cache, "bfloat16")
+    again = _run(script, cache, "bfloat16")
+    assert half["hits"] == brain["hits"] == 0 and again["hits"] >= 1  # still served warm
+    for report in (half, brain, again):
+        assert report["loss"] < 1e-3 and report["grad"] < 1e-2, report
