@@ -159,4 +159,7 @@ def jax_call(fn: Callable[..., Any]) -> Callable[..., Any]:
             _torch_callback.refuse_nested(f"jax_call({getattr(fn, '__name__', 'fn')})")
         return caller(args, kwargs)
 
+    # No __wrapped__: torch.jit.script follows it and compiled the JAX function's source as
+    # TorchScript (torch's x.std() for JAX's: another answer, silently); it now refuses.
+    del call.__wrapped__
     return call

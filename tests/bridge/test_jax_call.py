@@ -86,3 +86,26 @@ def test_any_callable_is_accepted():
             return x * 3
 
     assert interop.jax_call(Scale())(torch.ones(2)).tolist() == [3.0, 3.0]
+
+
+def test_torchscript_refuses_a_jax_call_wrapper_rather_than_compile_the_jax_source():
+    # functools.wraps's __wrapped__ led torch.jit.script to the JAX function, whose source
+    # it compiled as TorchScript: torch's sample std for JAX's population std, silently.
+    @jax.jit
+    def normalize(x):
+        return (x - x.mean()) / x.std()
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layer = interop.jax_call(normalize)
+
+        def forward(self, x):
+            return self.layer(x)
+
+    model = Model()
+    assert not hasattr(model.layer, "__wrapped__") and model.layer.__name__ == "normalize"
+    x = torch.tensor([1.0, 2.0, 3.0, 4.0])
+    assert torch.allclose(model(x), torch.tensor([-1.3416, -0.4472, 0.4472, 1.3416]), atol=1e-4)
+    with pytest.raises(RuntimeError, match="failed to compile it to a TorchScript function"):
+        torch.jit.script(model)
