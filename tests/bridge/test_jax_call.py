@@ -109,3 +109,28 @@ def test_torchscript_refuses_a_jax_call_wrapper_rather_than_compile_the_jax_sour
     assert torch.allclose(model(x), torch.tensor([-1.3416, -0.4472, 0.4472, 1.3416]), atol=1e-4)
     with pytest.raises(RuntimeError, match="failed to compile it to a TorchScript function"):
         torch.jit.script(model)
+
+
+def test_a_wrapper_does_not_pickle_but_a_module_holding_one_deep_copies():
+    import copy
+    import io
+    import pickle
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.ones(3))
+            self.layer = interop.jax_call(jax.jit(lambda w: w * 2))
+
+        def forward(self):
+            return self.layer(self.w)
+
+    model = Model()
+    with pytest.raises((pickle.PicklingError, AttributeError)):
+        pickle.dumps(model.layer)
+    twin = copy.deepcopy(model)
+    assert twin().tolist() == model().tolist() == [2.0, 2.0, 2.0]
+    assert twin.w is not model.w
+    buffer = io.BytesIO()
+    torch.save(model.state_dict(), buffer)
+    assert "w" in torch.load(io.BytesIO(buffer.getvalue()))
