@@ -278,7 +278,8 @@ def _signed_key(key: str, results: tuple[tuple[torch.dtype, int], ...]) -> str:
     signed = f"{key}|{_digest(tuple((str(dtype), rank) for dtype, rank in results))}"
     with _lock:
         if signed not in _entries:
-            _entries[signed] = dataclasses.replace(_entries[key], result=None, abstract={})
+            parent = _entries[key]
+            _entries[signed] = Entry(parent.fn, parent.structure, parent.jitted, owner=parent.owner)
     return signed
 
 

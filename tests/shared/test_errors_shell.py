@@ -28,6 +28,7 @@ REFUSALS = {
     interop.errors.NegativeBitError: ValueError,
     interop.errors.ShardedArrayError: ValueError,
     interop.errors.GradientTrackedError: ValueError,
+    interop.errors.TransformedTensorError: ValueError,
     interop.errors.X64DisabledError: TypeError,
     interop.errors.UnsupportedDtypeError: TypeError,
     interop.errors.StreamTypeError: TypeError,
@@ -82,6 +83,7 @@ OTHER_BASES = {
     interop.errors.DeviceUnavailableError: RuntimeError,
     interop.errors.GrowthDuringCaptureError: RuntimeError,
     interop.errors.ReplanLimitError: RuntimeError,
+    interop.errors.FakeCopyError: RuntimeError,
     interop.errors.AllocationSuppressedError: TypeError,  # and RuntimeError
     interop.errors.NotInitializedError: AssertionError,
     interop.errors.PersistentMismatchError: ValueError,
