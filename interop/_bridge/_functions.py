@@ -67,6 +67,8 @@ class Function:
         self._op_key: str | None = None
         #: Its key in the table of shared functions (``None`` for one of its own).
         self.table_key: tuple[int, Any] | None = None
+        #: What it is found by (``_anchor``), held weakly; ``None`` for one of its own.
+        self.anchor: Callable[[], Any] = _no_anchor
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.live()(*args, **kwargs)
@@ -99,6 +101,10 @@ class Function:
         if self._op_key is None:
             self._op_key = _number(self)
         return self._op_key
+
+
+def _no_anchor() -> None:
+    return None
 
 
 _lock = threading.Lock()
@@ -148,20 +154,24 @@ def function_for(fn: Callable[..., Any]) -> Function:
     anchor, options = found
     key = (id(anchor), options)
     function = _table.get(key)
-    if function is None:
+    # An entry of a dead anchor whose address a new one took (its finalizer interrupted by
+    # a Ctrl-C, or never registered): not this function's, whatever its id says.
+    if function is None or function.anchor() is not anchor:
         with _lock:
             function = _table.get(key)
-            if function is None:
+            if function is None or function.anchor() is not anchor:
                 function = _table[key] = Function(fn, name, shared=True)
                 function.table_key = key
-                weakref.finalize(anchor, _forget, key)
+                function.anchor = weakref.ref(anchor)
+                weakref.finalize(anchor, _forget, key, function)
     function.adopt(fn)
     return function
 
 
-def _forget(key: tuple[int, Any]) -> None:
+def _forget(key: tuple[int, Any], function: Function) -> None:
     with _lock:
-        _table.pop(key, None)
+        if _table.get(key) is function:  # (not a newer function's entry under that id)
+            del _table[key]
 
 
 def _number(function: Function) -> str:

@@ -229,3 +229,45 @@ def test_result_types_are_the_same_with_and_without_grad(name):
     for got in leaves:
         assert [type(leaf) for leaf in got] == [torch.Tensor] * len(leaves[0])
         assert [leaf.dtype for leaf in got] == [leaf.dtype for leaf in leaves[0]]
+
+
+def test_a_dead_functions_entry_left_by_a_ctrl_c_never_serves_a_new_function():
+    # A Ctrl-C in the finalizer that forgets a dead function left its entry in the table;
+    # a new function at the same address (CPython reuses it) got the old one's plans: its
+    # gradient was the old code's (cos x for a cube), silently.
+    import gc
+    import sys
+
+    from interop._bridge import _functions
+
+    def interrupt_in_forget(frame, event, arg):
+        if event == "call" and frame.f_code is _functions._forget.__code__:
+            raise KeyboardInterrupt
+
+    def make(kind):
+        return (lambda v: jnp.sin(v).sum()) if kind == "sin" else (lambda v: (v**3).sum())
+
+    x = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    f = make("sin")
+    address = id(f)
+    interop.jax_call(jax.jit(f))(x).backward()
+    x.grad = None
+    dropped = []
+    hook, sys.unraisablehook = sys.unraisablehook, dropped.append
+    sys.setprofile(interrupt_in_forget)
+    try:
+        del f
+        gc.collect()  # the finalizer runs and is interrupted (Python reports and drops it)
+    finally:
+        sys.setprofile(None)
+        sys.unraisablehook = hook
+    assert [type(u.exc_value) for u in dropped] == [KeyboardInterrupt]
+    kept = []
+    for _ in range(100_000):  # a new, different function at the freed address
+        g = make("cube")
+        if id(g) == address:
+            break
+        kept.append(g)
+    assert id(g) == address, "CPython did not reuse the address: nothing to test"
+    interop.jax_call(jax.jit(g))(x).backward()
+    assert x.grad.tolist() == [3.0, 12.0, 27.0]  # 3 x**2
