@@ -92,25 +92,28 @@ class _Selection:
     that part alone (the other is as the block leaves it: vLLM keeps the two in separate
     context variables, and a lane reset inside an ubatch block outlives the block there)."""
 
-    __slots__ = ("_active", "_part", "_previous", "_value")
+    __slots__ = ("_active", "_entered", "_part", "_previous", "_value")
 
     def __init__(self, part: int, value: int) -> None:
         self._part = part
         self._value = value
         self._previous: int | None = None
+        self._entered: tuple[Any, int] = (None, 0)
         self._active = False
 
     def __enter__(self) -> None:
         if self._active:
             raise RuntimeError("this workspace slot selection is already active")
         ubatch, lane = SLOT.get()
-        if self._part == 0:
-            self._previous = ubatch
-            SLOT.set((self._value, lane))
-        else:
-            self._previous = lane
-            SLOT.set((ubatch, self._value))
+        self._entered = (ubatch, lane)
+        self._previous = lane if self._part else ubatch
         self._active = True
+        try:
+            SLOT.set((ubatch, self._value) if self._part else (self._value, lane))
+        except BaseException:  # a Ctrl-C as the set returns: the block is never entered,
+            SLOT.set((ubatch, lane))  # so no __exit__ would put the slot back
+            self._active = False
+            raise
 
     def __exit__(
         self,
@@ -119,12 +122,17 @@ class _Selection:
         tb: TracebackType | None,
     ) -> None:
         assert self._active
-        ubatch, lane = SLOT.get()
-        if self._part == 0:
-            SLOT.set((self._previous, lane))
-        else:
-            SLOT.set((ubatch, self._previous))  # type: ignore[arg-type]
-        self._active = False
+        try:
+            ubatch, lane = SLOT.get()
+            if self._part == 0:
+                SLOT.set((self._previous, lane))
+            else:
+                SLOT.set((ubatch, self._previous))  # type: ignore[arg-type]
+        except BaseException:  # a Ctrl-C before the set: restore as the block found it
+            SLOT.set(self._entered)  # (the other part as it was then)
+            raise
+        finally:
+            self._active = False
 
     def __call__(self, function: _F) -> _F:
         """As a decorator (the original's ``@contextmanager`` is one): ``function`` runs

@@ -2,6 +2,7 @@
 
 from unittest import mock
 
+import pytest
 import torch
 
 import interop
@@ -29,3 +30,33 @@ def test_mock_patch_of_the_module_path_selects_the_ubatch_of_every_manager():
     with mock.patch("interop.dbo_current_ubatch_id", return_value=1):
         ws.get_simultaneous(((16,), torch.uint8))
     assert [s.capacity for s in ws.state.slots] == [0, 256]
+
+
+@pytest.mark.parametrize(
+    ("method", "call"), [("__enter__", "set"), ("__exit__", "get")], ids=["entering", "leaving"]
+)
+@pytest.mark.parametrize("select", [interop.use_workspace_ubatch, interop.use_workspace_lane])
+def test_a_ctrl_c_as_a_selection_sets_or_reads_the_slot_leaves_it_as_it_was(select, method, call):
+    # Python raises a pending KeyboardInterrupt as a C call returns: right after __enter__
+    # set the slot, the with block was never entered and no __exit__ put it back; the
+    # thread stayed in ubatch 1 (another thread's buffer) for good.
+    import sys
+
+    from interop import _context
+
+    code = getattr(_context._Selection, method).__code__
+
+    def interrupt(frame, event, arg):
+        if event == "c_return" and frame.f_code is code and getattr(arg, "__name__", "") == call:
+            raise KeyboardInterrupt
+
+    before = interop.current_slot()
+    sys.setprofile(interrupt)
+    try:
+        with select(1):
+            pass
+    except KeyboardInterrupt:
+        pass
+    finally:
+        sys.setprofile(None)
+    assert interop.current_slot() == before == (0, 0)
