@@ -440,8 +440,8 @@ def call_differentiably(
         signature = _vjp.Signature(treedef, leaf_kinds, static_leaves)
         plan = _vjp.Plan(function, signature, jitted=False)
     if plan is None:
-        if len(plans) >= MAX_PLANS:
-            del plans[next(iter(plans))]
+        if len(plans) >= MAX_PLANS:  # (another thread may evict the same one meanwhile)
+            plans.pop(next(iter(plans), None), None)
         signature = _vjp.Signature(treedef, leaf_kinds, static_leaves)
         plan = plans[key] = _vjp.Plan(function, signature, jitted=function.jitted)
     n_diff = len(diff)

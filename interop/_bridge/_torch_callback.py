@@ -325,8 +325,10 @@ def _first_backward(sig: Signature) -> bool:
     if ref is not None and ref() is sig:
         return False
     if len(_looked_for_leaves) > 1024:  # forget the dead
-        for key in [k for k, r in _looked_for_leaves.items() if r() is None]:
-            _looked_for_leaves.pop(key, None)
+        # (list() copies it in one step: other threads insert meanwhile)
+        for key, ref in list(_looked_for_leaves.items()):
+            if ref() is None:
+                _looked_for_leaves.pop(key, None)
     _looked_for_leaves[id(sig)] = weakref.ref(sig)
     return True
 

@@ -271,3 +271,24 @@ def test_a_dead_functions_entry_left_by_a_ctrl_c_never_serves_a_new_function():
     assert id(g) == address, "CPython did not reuse the address: nothing to test"
     interop.jax_call(jax.jit(g))(x).backward()
     assert x.grad.tolist() == [3.0, 12.0, 27.0]  # 3 x**2
+
+
+def test_a_full_plan_table_tolerates_another_thread_evicting_the_same_plan():
+    # Two threads past MAX_PLANS evicted one key: the second's del raised KeyError.
+    from interop._bridge import _autograd, _functions
+
+    class EvictedMeanwhile(dict):
+        def __iter__(self):  # the oldest key, which another thread has just evicted
+            return iter([("gone",)])
+
+    layer = interop.jax_call(jax.jit(lambda x, s: x * s))
+    function = _functions.function_for(_first_jitted(layer))
+    function.plans = EvictedMeanwhile({("k", i): None for i in range(_autograd.MAX_PLANS)})
+    x = torch.ones(2, requires_grad=True)
+    layer(x, 3.0).sum().backward()
+    assert x.grad.tolist() == [3.0, 3.0]
+
+
+def _first_jitted(layer):
+    """The jitted function a jax_call wrapper calls."""
+    return next(c.cell_contents for c in layer.__closure__ if hasattr(c.cell_contents, "lower"))

@@ -307,3 +307,32 @@ def test_a_second_derivative_is_refused_naming_torch_call_and_the_way_out(second
         errors.HigherOrderError, match=r"torch_call\(.*sin\) is differentiable once"
     ):
         second(f)(jnp.ones(3, F32))
+
+
+def test_the_sweep_of_traced_calls_tolerates_inserts_from_other_threads(monkeypatch):
+    # Past 1024 entries, the sweep of dead ones iterated the live table while other
+    # threads' backwards inserted into it: "dictionary changed size during iteration".
+    import weakref
+
+    from interop._bridge import _torch_callback
+
+    table: dict = {}
+
+    class InsertsMeanwhile:  # a dead entry whose check lets another thread insert
+        def __call__(self):
+            table[object()] = lambda: None
+            return None
+
+    table.update({i: InsertsMeanwhile() for i in range(1100)})
+    monkeypatch.setattr(_torch_callback, "_looked_for_leaves", table)
+
+    class Sig:
+        pass
+
+    sig = Sig()
+    assert _torch_callback._first_backward(sig) is True
+    assert table[id(sig)]() is sig and not any(
+        isinstance(v, InsertsMeanwhile) for v in table.values()
+    )
+    assert _torch_callback._first_backward(sig) is False
+    assert isinstance(table[id(sig)], weakref.ReferenceType)
