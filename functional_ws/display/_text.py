@@ -36,6 +36,20 @@ MAX_DRAWN = 16
 _T = TypeVar("_T")
 
 
+def first_and_last(count: int, limit: int) -> list[int | None]:
+    """The indices a table of ``count`` rows shows when it shows at most ``limit``: all of
+    them, or the first and last ``limit // 2`` with ``None`` where the rest are left out.
+
+    Example:
+        >>> first_and_last(3, 4), first_and_last(7, 4)
+        ([0, 1, 2], [0, 1, None, 5, 6])
+    """
+    if count <= limit:
+        return list(range(count))
+    half = limit // 2
+    return [*range(half), None, *range(count - half, count)]
+
+
 def drawn_slots(items: Sequence[_T], used: Callable[[_T], bool]) -> tuple[list[_T], str]:
     """At most :data:`MAX_DRAWN` of ``items`` (one per slot, in slot order): those ``used``
     says held bytes first, then the others, drawn in slot order; and a note on what is left

@@ -13,7 +13,7 @@ from .._layout import Growth, Layout, Span
 from .._presenters import key_text
 from .._spec import round_up
 from ._picture import dtype_colour, dtype_name
-from ._text import counted, exact_bytes, format_bytes
+from ._text import counted, exact_bytes, first_and_last, format_bytes
 
 _TABLE = (
     "<style>.fws-value{font:12px sans-serif}"
@@ -66,10 +66,7 @@ def layout_html(layout: Layout) -> str:
     :data:`SHOWN_VIEWS` of them, the first and the last."""
     rows = []
     count, half = len(layout.specs), SHOWN_VIEWS // 2
-    shown: list[int | None] = list(range(count))
-    if count > SHOWN_VIEWS:  # the first and last views, a line for those between
-        shown = [*range(half), None, *range(count - half, count)]
-    for i in shown:
+    for i in first_and_last(count, SHOWN_VIEWS):  # a line for the views between
         if i is None:
             rows.append(
                 f'<tr><td></td><td colspan="5"><i>... {counted(count - SHOWN_VIEWS, "view")} '

@@ -17,6 +17,7 @@ from typing import Any
 from functional_ws import Slot, Trace, TraceEvent, WorkspaceState, diff
 from functional_ws.display import counted, plot_timeline, timeline_html
 from functional_ws.display._snapshot import memory_snapshot
+from functional_ws.display._text import first_and_last
 
 
 @dataclasses.dataclass(frozen=True)
@@ -220,10 +221,7 @@ def history_html(history: Sequence[Record]) -> str:
         return "<i>an empty history</i>"
     rows = []
     count, half = len(history), SHOWN_CALLS // 2
-    shown: list[int | None] = list(range(count))
-    if count > SHOWN_CALLS:  # the first and last calls, a line for those between
-        shown = [*range(half), None, *range(count - half, count)]
-    for i in shown:
+    for i in first_and_last(count, SHOWN_CALLS):  # a line for the calls between
         if i is None:
             rows.append(
                 f'<tr><td></td><td colspan="3"><i>... {counted(count - SHOWN_CALLS, "call")} '
