@@ -279,7 +279,13 @@ def _signed_key(key: str, results: tuple[tuple[torch.dtype, int], ...]) -> str:
     with _lock:
         if signed not in _entries:
             parent = _entries[key]
-            _entries[signed] = Entry(parent.fn, parent.structure, parent.jitted, owner=parent.owner)
+            _entries[signed] = Entry(  # its own result and abstract results
+                parent.fn,
+                parent.structure,
+                parent.jitted,
+                copies_inputs=parent.copies_inputs,
+                owner=parent.owner,
+            )
     return signed
 
 
@@ -462,21 +468,29 @@ def _fake(
     shapes = tuple((tuple(int(d) for d in t.shape), t.dtype) for t in tensors)
     values = tuple(int(i) for i in ints)
     reals = tuple(float(f) for f in floats)  # likewise a guard on a symbolic float's value
-    structure, leaves = _abstract_results(entry, shapes, values, reals)
+    structure, leaves = _abstract_results(entry, shapes, values, reals, fresh=True)
     _record(entry, structure)
     device = tensors[0].device if tensors else _default_device()
     return [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in leaves]
 
 
 def _abstract_results(
-    entry: Entry, shapes: tuple[Any, ...], ints: tuple[int, ...], floats: tuple[float, ...]
+    entry: Entry,
+    shapes: tuple[Any, ...],
+    ints: tuple[int, ...],
+    floats: tuple[float, ...],
+    *,
+    fresh: bool = False,
 ) -> tuple[Any, list[tuple[tuple[int, ...], torch.dtype]]]:
     """The description of ``entry``'s results on tensors of ``shapes`` (``(shape, torch
     dtype)`` pairs), ``ints`` and ``floats``, and each array's shape and torch dtype
-    (``jax.eval_shape``: the JAX trace, no computation; kept per inputs)."""
+    (``jax.eval_shape``: the JAX trace, no computation). ``fresh``: traced again (what a
+    trace reads: the function may return another dtype now, read from a config), else
+    what the last trace found, kept per inputs (the eager backend's probe, whose results
+    nothing reads)."""
     inputs = (shapes, ints, floats)
     kept: tuple[Any, list[tuple[tuple[int, ...], torch.dtype]]] | None = entry.abstract.get(inputs)
-    if kept is not None:
+    if kept is not None and not fresh:
         return kept
     specs = [jax.ShapeDtypeStruct(shape, _jax_dtype(dtype)) for shape, dtype in shapes]  # type: ignore[no-untyped-call]
 
@@ -513,7 +527,7 @@ def _probe_fake(
     shapes = tuple((tuple(int(d) for d in t.shape), t.dtype) for t in tensors)
     values = tuple(int(i) for i in ints)
     reals = tuple(float(f) for f in floats)
-    _, leaves = _abstract_results(_entry(key), shapes, values, reals)
+    _, leaves = _abstract_results(_entry(key), shapes, values, reals, fresh=True)
     device = tensors[0].device if tensors else _default_device()
     return [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in leaves]
 

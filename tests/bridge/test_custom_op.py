@@ -130,3 +130,18 @@ def test_the_op_differentiates_without_ints_too():
     (y,) = _custom_op.jax_call_op(key, [x], [], [])
     y.sum().backward()
     assert x.grad.tolist() == [1.0, 1.0, 1.0]
+
+
+def test_a_new_compile_reads_the_result_dtype_the_function_returns_now():
+    # The results' shapes and dtypes were kept per inputs: a config changed between two
+    # compilations in one process gave the graph the old dtype, and it dropped a .float().
+    import types
+
+    config = types.SimpleNamespace(dtype=jnp.float32)
+    cast = interop.jax_call(lambda x: (x * 2).astype(config.dtype))
+    x = torch.ones(4)
+    assert torch.compile(lambda x: cast(x), backend="aot_eager")(x).dtype == torch.float32
+    config.dtype = jnp.bfloat16
+    torch._dynamo.reset()
+    out = torch.compile(lambda x: cast(x).float() + 0.5, backend="aot_eager")(x)
+    assert out.dtype == torch.float32 and out.tolist() == [2.5] * 4
