@@ -91,12 +91,13 @@ class Server:
             return new, (span.offset,), (span.without_growth(), intact), span.growth
 
         for _ in range(MAX_PLANS):
-            before = self.engine.state
+            before = self.engine.state.slots[index].retained
             try:
                 served = self.engine.serve(transition, index, ((shape, dtype),), user_code)
             except BaseException:  # (a Ctrl-C, a torch mode's handler while the view is carved)
-                if self.engine.state is not before:  # planned, perhaps installed: no view made
-                    self.forget(slot, key)
+                after = self.engine.state.slots[index].retained
+                if after != before and after is not None and after[0] == key:
+                    self.forget(slot, key)  # this call installed the span: no view reached it
                 raise
             (view,), (span, intact), state, generation = served
             if type(view) is not torch.Tensor:  # a mode's tensor (a fake one): its writes

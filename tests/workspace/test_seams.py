@@ -561,3 +561,31 @@ def test_a_mode_whose_views_are_real_keeps_intact_and_a_refused_call_changes_not
     with pytest.raises(AssertionError):
         ws.get_retained("logits", (4096,), torch.float32)  # too large: refused
     assert ws.state is before and ws.get_retained("logits", (4,), torch.float32)[1] is True
+
+
+def test_a_refused_retained_call_forgets_nothing_when_another_slot_moved_meanwhile(monkeypatch):
+    # The refused call compared the whole state before and after: another thread's call in
+    # another slot made it forget this slot's intact span.
+    ws = interop.WorkspaceManager("cpu", num_ubatches=2)
+    ws.get_simultaneous(((64,), torch.float32))
+    with interop.use_workspace_ubatch(1):
+        ws.get_simultaneous(((64,), torch.float32))
+    _retained_once(ws, 2)
+    ws.lock()
+    serve = ws._engine.serve
+
+    moved = []
+
+    def moved_then_refused(*args, **kwargs):
+        if not moved:
+            moved.append(1)
+            with interop.use_workspace_ubatch(1):  # another thread's call, another slot
+                ws.get_retained("other", (4,), torch.float32)
+        return serve(*args, **kwargs)
+
+    monkeypatch.setattr(ws._engine, "serve", moved_then_refused)
+    with pytest.raises(AssertionError):
+        ws.get_retained("logits", (4096,), torch.float32)  # too large: refused
+    monkeypatch.undo()
+    assert moved and ws.state.slots[1].retained is not None  # the other call moved it
+    assert ws.get_retained("logits", (4,), torch.float32)[1] is True
