@@ -92,26 +92,24 @@ class _Selection:
     that part alone (the other is as the block leaves it: vLLM keeps the two in separate
     context variables, and a lane reset inside an ubatch block outlives the block there)."""
 
-    __slots__ = ("_active", "_entered", "_part", "_previous", "_value")
+    __slots__ = ("_active", "_part", "_previous", "_value")
 
     def __init__(self, part: int, value: int) -> None:
         self._part = part
         self._value = value
         self._previous: int | None = None
-        self._entered: tuple[Any, int] = (None, 0)
         self._active = False
 
     def __enter__(self) -> None:
         if self._active:
             raise RuntimeError("this workspace slot selection is already active")
         ubatch, lane = SLOT.get()
-        self._entered = (ubatch, lane)
         self._previous = lane if self._part else ubatch
         self._active = True
         try:
             SLOT.set((ubatch, self._value) if self._part else (self._value, lane))
         except BaseException:  # a Ctrl-C as the set returns: the block is never entered,
-            SLOT.set((ubatch, lane))  # so no __exit__ would put the slot back
+            self._restore()  # so no __exit__ would put the slot back
             self._active = False
             raise
 
@@ -123,16 +121,20 @@ class _Selection:
     ) -> None:
         assert self._active
         try:
-            ubatch, lane = SLOT.get()
-            if self._part == 0:
-                SLOT.set((self._previous, lane))
-            else:
-                SLOT.set((ubatch, self._previous))  # type: ignore[arg-type]
-        except BaseException:  # a Ctrl-C before the set: restore as the block found it
-            SLOT.set(self._entered)  # (the other part as it was then)
+            self._restore()
+        except BaseException:  # a Ctrl-C before (or as) it restored: restore again
+            self._restore()
             raise
         finally:
             self._active = False
+
+    def _restore(self) -> None:
+        """Put this selection's part back as the block found it (the other as it is)."""
+        ubatch, lane = SLOT.get()
+        if self._part == 0:
+            SLOT.set((self._previous, lane))
+        else:
+            SLOT.set((ubatch, self._previous))  # type: ignore[arg-type]
 
     def __call__(self, function: _F) -> _F:
         """As a decorator (the original's ``@contextmanager`` is one): ``function`` runs

@@ -33,21 +33,30 @@ def test_mock_patch_of_the_module_path_selects_the_ubatch_of_every_manager():
 
 
 @pytest.mark.parametrize(
-    ("method", "call"), [("__enter__", "set"), ("__exit__", "get")], ids=["entering", "leaving"]
+    ("method", "call"),
+    [("__enter__", "set"), ("_restore", "get"), ("_restore", "set")],
+    ids=["entering", "leaving, reading", "leaving, restored"],
 )
 @pytest.mark.parametrize("select", [interop.use_workspace_ubatch, interop.use_workspace_lane])
 def test_a_ctrl_c_as_a_selection_sets_or_reads_the_slot_leaves_it_as_it_was(select, method, call):
     # Python raises a pending KeyboardInterrupt as a C call returns: right after __enter__
     # set the slot, the with block was never entered and no __exit__ put it back; the
-    # thread stayed in ubatch 1 (another thread's buffer) for good.
+    # thread stayed in ubatch 1 (another thread's buffer) for good. One Ctrl-C each.
     import sys
 
     from interop import _context
 
     code = getattr(_context._Selection, method).__code__
+    fired = []
 
     def interrupt(frame, event, arg):
-        if event == "c_return" and frame.f_code is code and getattr(arg, "__name__", "") == call:
+        if (
+            not fired
+            and event == "c_return"
+            and frame.f_code is code
+            and getattr(arg, "__name__", "") == call
+        ):
+            fired.append(call)
             raise KeyboardInterrupt
 
     before = interop.current_slot()
@@ -59,4 +68,36 @@ def test_a_ctrl_c_as_a_selection_sets_or_reads_the_slot_leaves_it_as_it_was(sele
         pass
     finally:
         sys.setprofile(None)
+    assert fired == [call]
     assert interop.current_slot() == before == (0, 0)
+
+
+def test_a_ctrl_c_leaving_one_selection_keeps_the_other_part_selected_meanwhile():
+    import sys
+
+    from interop import _context
+
+    code = _context._Selection._restore.__code__
+    fired = []
+
+    def interrupt(frame, event, arg):
+        called = getattr(arg, "__name__", "")
+        if not fired and event == "c_return" and frame.f_code is code and called == "set":
+            fired.append(1)
+            raise KeyboardInterrupt
+
+    ubatch, lane = interop.use_workspace_ubatch(1), interop.use_workspace_lane(1)
+    ubatch.__enter__()
+    lane.__enter__()  # interleaved: the lane block outlives the ubatch block
+    sys.setprofile(interrupt)
+    try:
+        ubatch.__exit__(None, None, None)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        sys.setprofile(None)
+    try:
+        assert fired and interop.current_slot() == (0, 1)  # the lane kept
+    finally:
+        lane.__exit__(None, None, None)
+    assert interop.current_slot() == (0, 0)
