@@ -157,7 +157,9 @@ def find_shortfall(
         # Covered: how close it came, for Hypothesis to climb (the corner of the ranges,
         # every parameter at its largest, is rarely drawn by chance in a small budget).
         needed = worst_case(trace, like=state).slots
-        hypothesis.target(max(n.capacity - c for n, c in zip(needed, capacities, strict=True)))
+        gaps = [n.capacity - c for n, c in zip(needed, capacities, strict=True) if n.capacity]
+        if gaps:  # (over the slots the trace uses: an idle one would pin the score at 0)
+            hypothesis.target(max(gaps))
         return False
 
     chosen = settings if settings is not None else hypothesis.settings(deadline=None, database=None)

@@ -143,6 +143,11 @@ def test_a_shortfall_only_at_the_corner_of_the_ranges_is_found_in_a_small_budget
     assert min(found.params) > 3584  # the corner: both sizes large
     exact = fws.lock(fws.reserve(fws.initial_state(), [((need,), U8)])[0])
     assert find_shortfall(sizes, two_views, exact, settings=DERANDOMIZED) is None
+    # A slot the workload never uses (capacity 0, needing 0) must not pin the climb's score.
+    two = fws.initial_state(num_ubatches=2)
+    idle = fws.lock(fws.reserve(two, [((need - 256,), U8)], ((0, 0),))[0])
+    found = find_shortfall(sizes, two_views, idle, settings=DERANDOMIZED)
+    assert found is not None and min(found.params) > 3584
 
 
 def test_a_workload_that_uses_up_its_parameters_is_flaky_not_a_counterexample():
