@@ -148,11 +148,6 @@ def _event_to_json(event: TraceEvent) -> dict[str, Any]:
 
 def events_to_json(events: tuple[TraceEvent, ...], indent: int | str | None = None) -> str:
     """The JSON text of a trace of ``events`` (:meth:`Trace.to_json`)."""
-    if indent is not None and (type(indent) not in (int, str)):
-        raise TraceTypeError(
-            f"to_json(indent={indent!r}): indent must be None, an int or a str, as "
-            "json.dumps takes it."
-        )
     written = []
     for i, event in enumerate(events):
         try:
@@ -164,6 +159,11 @@ def events_to_json(events: tuple[TraceEvent, ...], indent: int | str | None = No
     data = {"format": FORMAT, "version": VERSION, "events": written}
     try:
         return json.dumps(data, indent=indent, allow_nan=False)
+    except TypeError as err:  # an indent json.dumps does not take ([1], 1.5)
+        raise TraceTypeError(
+            f"to_json(indent={indent!r}): indent must be what json.dumps takes (None, an "
+            f"int or a str): {err}"
+        ) from None
     except (ValueError, RecursionError) as err:  # an int key of too many digits, nesting
         where = _which(written)
         raise InvalidTraceError(f"trace cannot be written as JSON: {where}{err}") from None
