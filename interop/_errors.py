@@ -92,14 +92,16 @@ class ShardedArrayError(ZeroCopyError):
 
 
 class GradientTrackedError(HandoffError, ValueError, BufferError):
-    """The tensor requires grad; JAX would see its data but autograd would not see JAX."""
+    """The tensor requires grad, or carries a forward-mode tangent; JAX would see its data
+    but autograd would not see JAX (the tangent would be lost)."""
 
     reason = "grad"
 
 
 class TransformedTensorError(HandoffError, ValueError, BufferError):
-    """``to_jax`` of a tensor inside a ``torch.func`` transform (``vmap``, ``jvp``): a
-    transform's wrapper has no buffer of its own JAX could alias."""
+    """``to_jax`` of a tensor inside ``torch.func.vmap``: a transform's wrapper has no
+    buffer of its own JAX could alias (under ``torch.func.jvp`` the tensor carries a
+    tangent: :class:`GradientTrackedError`)."""
 
     reason = "transformed"
 

@@ -75,6 +75,14 @@ storage-count and constant-result hooks take their private paths (checked).
 - :func:`dual_level_active`: whether a forward-mode AD level is open:
   ``torch.autograd.forward_ad._current_level`` (checked on torch 2.13). Gate: an int.
   Fallback: ``True`` (every tensor is asked for its tangent: slower, never wrong).
+- :func:`forward_tangent`: a tensor's tangent at the open dual level
+  (``forward_ad.unpack_dual``), asked only where :func:`dual_level_active` says a level is
+  open (its gate and fallback).
+- :func:`is_transform_wrapper`: ``torch._C._functorch.is_functorch_wrapped_tensor``
+  (checked on torch 2.13 and 2.15). Gate: it exists. Fallback: ``False`` (``to_jax``
+  then raises torch's own error for a wrapper: an error, not a wrong answer).
+- :func:`is_fake_tensor`: ``isinstance`` of ``torch._subclasses.fake_tensor.FakeTensor``
+  (checked on torch 2.13 and 2.15). Gate: it imports. Fallback: ``False``.
 - :func:`jit_options`: a ``jax.jit`` wrapper's options as a hashable value, from its
   ``_jit_info`` named tuple (checked on jax 0.10.2), so that wrappers made alike share
   plans. Gate: it has named fields. Fallback: ``None`` (plans are kept per wrapper).
@@ -946,6 +954,6 @@ def forward_tangent(tensor: torch.Tensor) -> torch.Tensor | None:
         ...     forward_tangent(dual).tolist(), forward_tangent(torch.zeros(2))
         ([1.0, 1.0], None)
     """
-    if getattr(_FORWARD_AD, "_current_level", -1) < 0:
+    if not dual_level_active():  # (its fallback: True, every tensor asked: never wrong)
         return None
     return _FORWARD_AD.unpack_dual(tensor).tangent  # type: ignore[no-any-return,no-untyped-call]

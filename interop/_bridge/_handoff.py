@@ -115,7 +115,9 @@ def to_jax(tensor: torch.Tensor, *, stream: Stream | None = None) -> jax.Array:
         DeviceNotVisibleError: (a ``ValueError``) a device this process's JAX cannot see.
         ConjugateBitError: (a ``LazyViewError``, ``ValueError``) torch's conjugate bit is set.
         NegativeBitError: (a ``LazyViewError``, ``ValueError``) torch's negative bit is set.
-        GradientTrackedError: (a ``ValueError``) the tensor requires grad.
+        GradientTrackedError: (a ``ValueError``) the tensor requires grad, or carries a
+            forward-mode tangent (``torch.autograd.forward_ad``, ``torch.func.jvp``).
+        TransformedTensorError: (a ``ValueError``) a ``torch.func.vmap`` wrapper.
         StreamTypeError: (a ``TypeError``) ``stream`` is not a stream, a handle or ``None``.
         StreamDeviceError: (a ``ValueError``) a stream for a CPU tensor, or a stream of
             another device.
@@ -162,15 +164,16 @@ def to_jax(tensor: torch.Tensor, *, stream: Stream | None = None) -> jax.Array:
         raise GradientTrackedError(
             "to_jax: the tensor carries a forward-mode tangent (torch.autograd.forward_ad); "
             "JAX would get its values and the tangent would be lost. Wrap the JAX function "
-            "with interop.jax_call(fn), whose jvp rule runs jax.jvp; pass "
-            "fwAD.unpack_dual(tensor).primal only if no tangent should flow."
+            "with interop.jax_call(fn), whose jvp rule runs jax.jvp (under torch.func.jvp "
+            "too); with torch.autograd.forward_ad, pass fwAD.unpack_dual(tensor).primal "
+            "only if no tangent should flow."
         )
     try:
         return _dlpack.import_tensor(tensor, target, stream)
     except RuntimeError:  # "Cannot access data pointer of Tensor that doesn't have storage"
         if _private.is_transform_wrapper(tensor):
             raise TransformedTensorError(
-                "to_jax: the tensor is a torch.func transform's (vmap, jvp) wrapper, with "
+                "to_jax: the tensor is a torch.func transform's (vmap) wrapper, with "
                 "no buffer of its own JAX could alias. Wrap the JAX function with "
                 "interop.jax_call(fn): its vmap and jvp rules run jax.vmap and jax.jvp."
             ) from None

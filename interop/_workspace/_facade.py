@@ -945,9 +945,10 @@ def _rebuild(
     if fake:
         raise FakeCopyError(
             f"a {cls.__name__} was unpickled under a torch mode that makes tensors fake "
-            f"(its bytes came back as {type(fake[0]).__name__}, which holds none): the copy "
-            "would call its retained spans intact over bytes nobody wrote, and keep fake "
-            "persistent tensors. Unpickle it outside the mode (FakeTensorMode, make_fx)."
+            f"(its bytes or persistent tensors came back as {type(fake[0]).__name__}, which "
+            "holds none): the copy would call its retained spans intact over bytes nobody "
+            "wrote, or keep fake persistent tensors. Unpickle it outside the mode "
+            "(FakeTensorMode, make_fx)."
         )
     manager = _new_like(cls, device, config)
     manager._engine.adopt(state, buffers)
