@@ -463,15 +463,23 @@ def _default_device() -> torch.device:
 def _fake(
     key: str, tensors: list[torch.Tensor], ints: list[int], floats: list[float]
 ) -> list[torch.Tensor]:
-    entry = _entry(key)
+    structure, results = _empty_results(key, tensors, ints, floats, fresh=True)
+    _record(_entry(key), structure)
+    return results
+
+
+def _empty_results(
+    key: str, tensors: list[torch.Tensor], ints: list[int], floats: list[float], *, fresh: bool
+) -> tuple[Any, list[torch.Tensor]]:
+    """The description of entry ``key``'s results on these arguments, and empty tensors of
+    their shapes and dtypes (:func:`_abstract_results`; ``fresh`` as there)."""
     # int() of a symbolic size guards on its value: the graph is specialised per shape.
     shapes = tuple((tuple(int(d) for d in t.shape), t.dtype) for t in tensors)
     values = tuple(int(i) for i in ints)
     reals = tuple(float(f) for f in floats)  # likewise a guard on a symbolic float's value
-    structure, leaves = _abstract_results(entry, shapes, values, reals, fresh=True)
-    _record(entry, structure)
+    structure, leaves = _abstract_results(_entry(key), shapes, values, reals, fresh=fresh)
     device = tensors[0].device if tensors else _default_device()
-    return [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in leaves]
+    return structure, [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in leaves]
 
 
 def _abstract_results(
@@ -480,7 +488,7 @@ def _abstract_results(
     ints: tuple[int, ...],
     floats: tuple[float, ...],
     *,
-    fresh: bool = False,
+    fresh: bool,
 ) -> tuple[Any, list[tuple[tuple[int, ...], torch.dtype]]]:
     """The description of ``entry``'s results on tensors of ``shapes`` (``(shape, torch
     dtype)`` pairs), ``ints`` and ``floats``, and each array's shape and torch dtype
@@ -511,11 +519,7 @@ def jax_call_probe(
     """Empty tensors of the shapes and dtypes ``jax_call_op`` returns for the same
     arguments, computed by no JAX call (:func:`traced_call` reads their dtypes; aot_eager
     and inductor drop the unused node, the eager backend runs it: a lookup)."""
-    entry = _entry(key)
-    shapes = tuple((tuple(t.shape), t.dtype) for t in tensors)
-    _, leaves = _abstract_results(entry, shapes, tuple(ints), tuple(floats))
-    device = tensors[0].device if tensors else _default_device()
-    return [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in leaves]
+    return _empty_results(key, tensors, ints, floats, fresh=False)[1]
 
 
 @jax_call_probe.register_fake
@@ -524,12 +528,7 @@ def _probe_fake(
 ) -> list[torch.Tensor]:
     # The op's fake implementation, but for the check of one result structure per key: the
     # probe's key names no results (the signed key that follows it does, and checks).
-    shapes = tuple((tuple(int(d) for d in t.shape), t.dtype) for t in tensors)
-    values = tuple(int(i) for i in ints)
-    reals = tuple(float(f) for f in floats)
-    _, leaves = _abstract_results(_entry(key), shapes, values, reals, fresh=True)
-    device = tensors[0].device if tensors else _default_device()
-    return [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in leaves]
+    return _empty_results(key, tensors, ints, floats, fresh=True)[1]
 
 
 def add_entry(fn: Callable[..., Any], args_structure: Any, *, jitted: bool) -> str:
