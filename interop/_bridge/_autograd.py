@@ -105,16 +105,6 @@ def _jax_arrays(call: Call, tensors: Sequence[torch.Tensor]) -> list[Any]:
     ]
 
 
-def _input_array(call: Call, tensors: Sequence[torch.Tensor], index: int) -> Any:
-    """Input ``index`` of the plan's forward (differentiated ones first), handed over anew
-    from the saved tensor (so never stale), or the JAX or NumPy array it was."""
-    handoff = _handoff(call)
-    if index < call.n_diff:
-        return handoff(tensors[index].detach())
-    slot = call.tensor_slots[index - call.n_diff]
-    return handoff(tensors[slot].detach()) if slot >= 0 else call.arrays[index - call.n_diff]
-
-
 def _as_input(out: torch.Tensor, tensor: torch.Tensor) -> torch.Tensor:
     """A view of ``tensor``, the input an eager function returned as is (``out`` is over its
     bytes): torch then tracks it as a view of that input, version counter included. A view,
@@ -207,7 +197,9 @@ class JaxFunction(torch.autograd.Function):
             call.kept = [_saved_as_tensor(array) for array in residuals.kept]
         read = [output[j] for kind, j in info.where if kind == _vjp.OUTPUT]
         kept = call.kept
-        ctx.save_for_backward(*tensors, *read, *(k for k in kept if isinstance(k, torch.Tensor)))
+        saved = (*tensors, *read, *(k for k in kept if isinstance(k, torch.Tensor)))
+        ctx.save_for_backward(*saved)
+        ctx.addresses = None if call.leaves is None else _addresses(saved)
         ctx.info = info
         ctx.untensored = {i: k for i, k in enumerate(kept) if not isinstance(k, torch.Tensor)}
 
@@ -234,7 +226,10 @@ class JaxFunction(torch.autograd.Function):
             return (None, *higher_order(call, tensors, grads, _needed(ctx, call)))
         leaves = call.leaves
         call.leaves = None  # a second backward (retain_graph=True) hands the tensors over
-        if leaves is None:
+        if leaves is None or _addresses(saved) != ctx.addresses:
+            # A saved-tensor hook (saved_tensors_hooks, save_on_cpu, a SavedTensor's own
+            # hooks) unpacked other bytes than the forward's: torch checks no version
+            # counter then, and what the hook returns is what the backward reads.
             leaves = _residual_leaves(ctx, call, saved, n_tensors, info)
         kinds, given = [], []
         for grad, inexact in zip(grads, ctx.inexact, strict=True):
@@ -285,22 +280,39 @@ class JaxFunction(torch.autograd.Function):
         return tuple(returned.arrays), (0,) * len(returned.arrays)
 
 
+def _addresses(saved: Sequence[torch.Tensor]) -> tuple[int, ...] | None:
+    """Where each of ``saved`` starts (``None`` for tensors without memory of their own:
+    a transform's wrappers, fake tensors), so that a backward can tell whether it unpacked
+    the forward's very tensors."""
+    try:
+        return tuple(tensor.data_ptr() for tensor in saved)
+    except RuntimeError:
+        return None
+
+
 def _residual_leaves(
     ctx: Any, call: Call, saved: Sequence[torch.Tensor], n_tensors: int, info: _vjp.ResidualInfo
 ) -> list[Any]:
-    """The VJP's leaves handed over anew from the saved tensors (so never stale)."""
+    """The VJP's leaves handed over anew from the saved tensors (so never stale). What a
+    saved-tensor hook unpacks is torch's, not the user's: copied where JAX cannot alias it
+    (an offloading pool at an odd address), never refused."""
     n_read = sum(kind == _vjp.OUTPUT for kind, _ in info.where)
     read = iter(saved[n_tensors : n_tensors + n_read])
     kept = iter(saved[n_tensors + n_read :])
+    inputs = saved[:n_tensors]
     leaves = []
     for kind, index in info.where:
         if kind == _vjp.KEPT:
             array = ctx.untensored.get(index)
-            leaves.append(to_jax(next(kept)) if array is None else array)
+            leaves.append(to_jax_or_copy(next(kept)) if array is None else array)
         elif kind == _vjp.OUTPUT:
-            leaves.append(to_jax(next(read).detach()))
+            leaves.append(to_jax_or_copy(next(read).detach()))
+        elif index < call.n_diff:
+            leaves.append(to_jax_or_copy(inputs[index].detach()))
         else:
-            leaves.append(_input_array(call, saved[:n_tensors], index))
+            slot = call.tensor_slots[index - call.n_diff]
+            array = call.arrays[index - call.n_diff]
+            leaves.append(to_jax_or_copy(inputs[slot].detach()) if slot >= 0 else array)
     return leaves
 
 
