@@ -17,6 +17,8 @@ import contextlib
 import functools
 import numbers
 import operator
+import sys
+import threading
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from types import TracebackType
@@ -27,6 +29,7 @@ from functional_ws._checks import check_int
 
 from ._compile import run_eagerly_under_compile
 from ._errors import SlotUnknownError
+from ._locks import renew_after_fork
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -330,20 +333,44 @@ def current_slot() -> tuple[int, int]:
     return (provided_ubatch() if ubatch is None else ubatch), lane
 
 
+#: Held by a block of :func:`slot_unknown` from its first request of a one-slot workspace
+#: to its end. XLA runs such blocks (``torch_call`` functions) on threads of its own, and
+#: several at once where a computation is sharded over devices (``shard_map``, ``pmap``, a
+#: sharded input: one call per device): each would be served the only slot's bytes, and
+#: they overwrote each other's scratch (4 host devices: wrong results in 10 runs of 10).
+#: The second block to ask waits until the first ends. One lock for every manager: such a
+#: block may use several.
+_ONLY_SLOT = threading.Lock()
+renew_after_fork(sys.modules[__name__], "_ONLY_SLOT")  # a fork while a thread holds it
+
+
 class _Unknown(int):
     """The ubatch of code whose caller's slot cannot be known (:func:`slot_unknown`): an
     int past every configured ubatch, so that the hot paths, which index by it, miss and
-    take their slow paths, which raise :class:`SlotUnknownError` (:func:`refuse_unknown`)."""
+    take their slow paths, which raise :class:`SlotUnknownError` (:func:`refuse_unknown`)
+    or serve a one-slot manager's only slot (:func:`known_slot`)."""
 
     why: str
+    #: The block's exit stack: it holds :data:`_ONLY_SLOT` once the block asks for it.
+    stack: contextlib.ExitStack
+    holding: bool = False
 
     def __repr__(self) -> str:
         return "<ubatch unknown>"
 
+    def hold_only_slot(self) -> None:
+        """Take :data:`_ONLY_SLOT` until the block ends (once; waits while another holds
+        it). Through the block's exit stack, a ``with`` in effect: the threads that run
+        such blocks are not Python's, so no signal handler (Ctrl-C) runs between."""
+        if not self.holding:
+            self.stack.enter_context(_ONLY_SLOT)
+            self.holding = True
+
 
 def known_slot(slot: tuple[Any, int], num_slots: int) -> tuple[Any, int]:
     """``slot``, or where its ubatch is :func:`slot_unknown`'s, the only slot of a manager
-    that has one (``(0, 0)``: no other slot could be meant).
+    that has one (``(0, 0)``: no other slot could be meant), held for the block until it
+    ends (:data:`_ONLY_SLOT`: two such blocks running at once do not share it).
 
     Raises:
         SlotUnknownError: the ubatch is unknown and the manager has ``num_slots`` > 1.
@@ -352,6 +379,7 @@ def known_slot(slot: tuple[Any, int], num_slots: int) -> tuple[Any, int]:
     if type(ubatch) is not _Unknown:
         return slot
     if num_slots == 1:
+        ubatch.hold_only_slot()
         return (0, 0)
     raise SlotUnknownError(ubatch.why)
 
@@ -360,11 +388,14 @@ def known_slot(slot: tuple[Any, int], num_slots: int) -> tuple[Any, int]:
 def slot_unknown(why: str) -> Iterator[None]:
     """While the block runs, the current context's slot is unknown: every workspace
     request in it raises :class:`SlotUnknownError` with ``why`` (what runs, and what to do
-    instead), rather than serve a slot another caller may be using."""
-    unknown = _Unknown(1 << 62)
-    unknown.why = why
-    token = SLOT.set((unknown, 0))
-    try:
-        yield
-    finally:
-        SLOT.reset(token)
+    instead), rather than serve a slot another caller may be using; a workspace of one
+    slot serves it, one such block at a time (:func:`known_slot`)."""
+    with contextlib.ExitStack() as stack:  # releases what the block held, after the reset
+        unknown = _Unknown(1 << 62)
+        unknown.why = why
+        unknown.stack = stack
+        token = SLOT.set((unknown, 0))
+        try:
+            yield
+        finally:
+            SLOT.reset(token)

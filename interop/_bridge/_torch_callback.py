@@ -183,10 +183,13 @@ def _foreign_why(sig: Signature) -> str:
         f"torch_call: {sig.name} asked a workspace of several slots for scratch while XLA "
         "runs it on a thread of its own (a jitted computation, or a gradient's backward, "
         "started before its inputs were computed, so XLA ran it later, off the caller's "
-        "thread): which ubatch and lane the caller meant is unknown there. Select the slot "
-        "inside the function (with interop.use_workspace_ubatch / use_workspace_lane) "
-        "where nothing else uses it meanwhile, wait for the inputs before the call "
-        "(jax.block_until_ready), or allocate the function's scratch with torch."
+        "thread; or one call per device of a computation sharded over several devices, "
+        "which XLA runs at once on threads of its own): which ubatch and lane the caller "
+        "meant is unknown there. Select the slot inside the function (with "
+        "interop.use_workspace_ubatch / use_workspace_lane) where nothing else uses it "
+        "meanwhile, wait for the inputs before the call (jax.block_until_ready), or "
+        "allocate the function's scratch with torch. (A workspace of one slot serves its "
+        "only slot there, to one such call at a time.)"
     )
 
 

@@ -1,0 +1,127 @@
+"""``torch_call`` over several devices: XLA runs ``fn`` once per device, at once, on threads
+of its own. A workspace of one slot serves those calls one at a time (they shared its only
+slot's bytes and overwrote each other's scratch).
+
+The end-to-end checks run in a child process with four host devices
+(``--xla_force_host_platform_device_count``, read once when JAX starts).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+
+import torch
+
+import interop
+from interop._context import slot_unknown
+
+F32 = torch.float32
+
+
+def _in_unknown_slot(ws, started, release, got, ask=True):
+    """A block as XLA's thread runs one: the slot unknown; ask for scratch, then wait."""
+    with slot_unknown("a test's XLA thread"):
+        if ask:
+            (view,) = ws.get_simultaneous(((64,), F32))
+            got.append(view.data_ptr())
+        started.set()
+        release.wait(10)
+
+
+def test_two_blocks_of_unknown_slot_share_a_one_slot_workspace_one_at_a_time():
+    ws = interop.WorkspaceManager("cpu")
+    first_in, second_in = threading.Event(), threading.Event()
+    release_first, release_second = threading.Event(), threading.Event()
+    got: list[int] = []
+    first = threading.Thread(target=_in_unknown_slot, args=(ws, first_in, release_first, got))
+    second = threading.Thread(target=_in_unknown_slot, args=(ws, second_in, release_second, got))
+    first.start()
+    assert first_in.wait(10)
+    second.start()
+    assert not second_in.wait(0.3)  # it waits for the only slot
+    release_first.set()
+    assert second_in.wait(10)  # served once the first block ended
+    release_second.set()
+    first.join(10)
+    second.join(10)
+    assert len(got) == 2 and got[0] == got[1]  # the same bytes, never at once
+
+
+def test_a_block_that_asks_for_no_scratch_waits_for_nothing():
+    ws = interop.WorkspaceManager("cpu")
+    first_in, second_in = threading.Event(), threading.Event()
+    release = threading.Event()
+    got: list[int] = []
+    first = threading.Thread(target=_in_unknown_slot, args=(ws, first_in, release, got))
+    first.start()
+    assert first_in.wait(10)
+    second = threading.Thread(
+        target=_in_unknown_slot, args=(ws, second_in, threading.Event(), got, False)
+    )
+    second.start()
+    assert second_in.wait(10)  # ran while the first holds the slot
+    release.set()
+    first.join(10)
+    second.join(10)
+
+
+def test_a_block_asking_twice_holds_once_and_releases_at_its_end():
+    ws = interop.WorkspaceManager("cpu")
+    with slot_unknown("a test's XLA thread"):
+        ws.get_simultaneous(((64,), F32))
+        ws.get_simultaneous(((128,), F32))  # the same block: no wait for itself
+    with slot_unknown("a test's XLA thread"):  # released: served at once
+        ws.get_simultaneous(((64,), F32))
+
+
+_CHILD = textwrap.dedent(
+    """
+    import os, sys
+    os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=4"
+    import jax, jax.numpy as jnp, numpy as np, torch, interop
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+    interop.init_workspace_manager("cpu")  # one slot
+
+    def doubled(x):  # scratch from the workspace, some work while other devices run
+        (scratch,) = interop.current_workspace_manager().get_simultaneous(
+            ((x.numel(),), x.dtype)
+        )
+        torch.mul(x.reshape(-1), 2, out=scratch)
+        out = torch.empty_like(scratch)
+        for _ in range(30):
+            torch.add(scratch, 0, out=out)
+        return out.reshape(x.shape).clone()
+
+    layer = interop.torch_call(doubled, lambda x: x)
+    mesh = Mesh(np.array(jax.devices()), ("d",))
+    x = jnp.arange(4 * 50_000, dtype=jnp.float32).reshape(4, 50_000)
+    sharded = jax.device_put(x, NamedSharding(mesh, P("d")))
+    mapped = jax.jit(jax.shard_map(layer, mesh=mesh, in_specs=P("d"), out_specs=P("d")))
+    expected = np.asarray(x) * 2
+    wrong = sum(not np.array_equal(np.asarray(mapped(sharded)), expected) for _ in range(5))
+    print("shard_map wrong", wrong)
+    wrong = sum(
+        not np.array_equal(np.asarray(jax.pmap(layer)(x[:, None])).reshape(4, -1), expected)
+        for _ in range(5)
+    )
+    print("pmap wrong", wrong)
+
+    """
+)
+
+
+def test_per_device_calls_over_four_devices(tmp_path):
+    script = tmp_path / "child.py"
+    script.write_text(_CHILD)
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=300, env=env
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    assert "shard_map wrong 0" in lines and "pmap wrong 0" in lines, done.stdout
