@@ -120,6 +120,13 @@ storage-count and constant-result hooks take their private paths (checked).
   ``_ForceDispatchKeyGuard`` (checked on torch 2.13 and 2.15). Gate: all exist. Fallback:
   never below (a ``torch_call``'s backward inside a compiled ``jax_call`` then fails with
   ``NoGradientError``, as before).
+- :func:`forget_failed_tokens`: after a computation over several devices whose callback
+  failed (a ``torch_call`` on a sharded input), JAX keeps the failed computation's output
+  tokens (``jax._src.dispatch.runtime_tokens.output_runtime_tokens``, per thread and
+  device; checked on jax 0.10.2 and 0.12.0.1), and every later ``jax.effects_barrier()``
+  and JAX's exit handlers raise its error again (printed twice at exit, "Exception ignored
+  in atexit callback"), after the caller had it. The failed tokens are dropped. Gate: the
+  dict exists. Fallback: nothing dropped (the error is printed again at exit).
 - :func:`storage_from_weak`: the storage a ``StorageWeakRef`` refers to, while it lives:
   ``torch.UntypedStorage._new_with_weak_ptr(ref.cdata)`` (checked on torch 2.13). Gate: it
   exists. Fallback: ``None``, as for a freed storage (no public function turns a weak
@@ -957,3 +964,21 @@ def forward_tangent(tensor: torch.Tensor) -> torch.Tensor | None:
     if not dual_level_active():  # (its fallback: True, every tensor asked: never wrong)
         return None
     return _FORWARD_AD.unpack_dual(tensor).tangent  # type: ignore[no-any-return,no-untyped-call]
+
+
+def forget_failed_tokens() -> None:
+    """Drop this thread's runtime tokens of computations that failed (see the module), once
+    their error was raised to the caller; the tokens of others stay."""
+    try:
+        from jax._src import dispatch
+
+        tokens = dispatch.runtime_tokens.output_runtime_tokens
+    except (ImportError, AttributeError):  # pragma: no cover - depends on the installed jax
+        return
+    if not isinstance(tokens, dict):  # pragma: no cover - depends on the installed jax
+        return
+    for device, token in list(tokens.items()):
+        try:
+            token.block_until_ready()
+        except Exception:  # its computation failed: its error was raised already
+            del tokens[device]

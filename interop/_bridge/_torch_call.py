@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.custom_derivatives import SymbolicZero
 
+from .. import _private
 from .._errors import (
     ArgumentTypeError,
     FunctionNotCallableError,
@@ -40,6 +41,7 @@ VMAP_METHODS = (None, "sequential", "expand_dims", "broadcast_all")
 _WIDE = frozenset(JAX_DTYPES[d] for d in WIDE_DTYPES if d in JAX_DTYPES)
 _SCALARS = (bool, int, float, complex, np.generic)
 _ArrayImpl: Any = _dlpack._ArrayImpl or jax.Array
+_ONE_DEVICE = jax.sharding.SingleDeviceSharding
 
 
 def _spec(shape: tuple[int, ...], dtype: Any) -> jax.ShapeDtypeStruct:
@@ -87,10 +89,15 @@ class TorchCaller:
             for leaf in jax.tree_util.tree_leaves((args, kwargs)):
                 if type(leaf) is not _ArrayImpl:
                     self._check_leaf(leaf, args, kwargs)
-        wait_for((args, kwargs))  # see call(): fn then runs on this thread
+        sharded = wait_for((args, kwargs))  # see call(): fn then runs on this thread
         try:
-            return self.jitted(*args, **kwargs)
+            result = self.jitted(*args, **kwargs)
+            if sharded:  # see call()
+                jax.block_until_ready(result)  # type: ignore[no-untyped-call]
+            return result
         except Exception as err:  # JAX reports a callback failure as RuntimeError or ValueError
+            if sharded:
+                _private.forget_failed_tokens()
             self.reraise(err)
             raise
 
@@ -230,17 +237,25 @@ def _floating(dtype: Any) -> bool:
     return bool(jnp.issubdtype(dtype, jnp.inexact))
 
 
-def wait_for(tree: Any) -> None:
+def wait_for(tree: Any) -> bool:
     """Wait until every concrete array in ``tree`` is computed, a transform's too (an eager
     ``jax.vmap``'s batched value, an eager ``jax.grad``'s primal): XLA then runs the
     callback at once, on this thread, in its slot (one it starts on an input still being
     computed runs later on a thread of XLA's own, where the workspace refuses to serve).
-    Under a caller's ``jit`` there is nothing concrete to wait for."""
+    Under a caller's ``jit`` there is nothing concrete to wait for.
+
+    Returns:
+        Whether an array is laid out over several devices (or may be: any sharding but a
+        single device's): XLA then runs the callback once per device, on threads of its
+        own, whatever this thread waited for, so the eager caller waits for the result.
+    """
+    sharded = False
     for leaf in jax.tree_util.tree_leaves(tree):
         for _ in range(8):  # a transform's tracer over another's, a few deep at most
             if type(leaf) is _ArrayImpl:
                 if not leaf.is_deleted():  # (a deleted one: the call says so, as before)
                     leaf.block_until_ready()
+                    sharded = sharded or type(leaf.sharding) is not _ONE_DEVICE
                 break
             inner = getattr(leaf, "val", None)  # an eager vmap's batched value
             if inner is None:
@@ -248,6 +263,7 @@ def wait_for(tree: Any) -> None:
             if inner is None:
                 break
             leaf = inner
+    return sharded
 
 
 def _first_order(call: Callable[..., Any], name: str) -> Callable[..., Any]:
@@ -478,12 +494,19 @@ def torch_call(
         # slot and torch modes, and its error is raised here. An input still being
         # computed would have XLA run fn later on a thread of its own (0.27 µs per ready
         # array, measured; the correctness of the call, not a speed idiom).
+        sharded = False
         for arg in args:
             if not arg.is_deleted():  # (a deleted one: the jitted call says so)
                 arg.block_until_ready()
+                sharded = sharded or type(arg.sharding) is not _ONE_DEVICE
         try:
-            return jitted(*args)
+            result = jitted(*args)
+            if sharded:  # fn runs once per device, on XLA's threads, whatever was ready:
+                jax.block_until_ready(result)  # type: ignore[no-untyped-call]  # its error: here
+            return result
         except Exception as err:  # JAX reports a callback failure as RuntimeError or ValueError
+            if sharded:  # its tokens would raise the error again at exit
+                _private.forget_failed_tokens()
             caller.reraise(err)
             raise
 

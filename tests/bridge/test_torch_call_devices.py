@@ -1,6 +1,7 @@
 """``torch_call`` over several devices: XLA runs ``fn`` once per device, at once, on threads
 of its own. A workspace of one slot serves those calls one at a time (they shared its only
-slot's bytes and overwrote each other's scratch).
+slot's bytes and overwrote each other's scratch), and an eager call with a sharded input
+raises ``fn``'s error as itself (it returned before ``fn`` had run).
 
 The end-to-end checks run in a child process with four host devices
 (``--xla_force_host_platform_device_count``, read once when JAX starts).
@@ -111,6 +112,16 @@ _CHILD = textwrap.dedent(
     )
     print("pmap wrong", wrong)
 
+    print("eager result right", np.array_equal(np.asarray(layer(sharded)), expected))
+
+    def bad(x):
+        raise ValueError("boom from fn")
+
+    try:  # last: nothing after it replaces the failed computation's tokens
+        interop.torch_call(bad, lambda x: x)(sharded)
+        print("eager: returned")
+    except ValueError as err:
+        print("eager: raised", err)
     """
 )
 
@@ -125,3 +136,7 @@ def test_per_device_calls_over_four_devices(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     lines = done.stdout.splitlines()
     assert "shard_map wrong 0" in lines and "pmap wrong 0" in lines, done.stdout
+    assert "eager: raised boom from fn" in lines, done.stdout + done.stderr[-3000:]
+    assert "eager result right True" in lines, done.stdout
+    # The failure was the caller's once: JAX's exit handlers do not raise it again.
+    assert "Exception ignored" not in done.stderr, done.stderr[-3000:]
