@@ -275,11 +275,14 @@ def _first_order(call: Callable[..., Any], name: str) -> Callable[..., Any]:
     def refuse(primals: Any, tangents: Any) -> Any:
         raise HigherOrderError(
             f"torch_call({name}) is differentiable once, in reverse mode: JAX asked for the "
-            "derivative of its backward (jax.grad of jax.grad, jax.hessian, jax.jvp of a "
-            "gradient), which runs torch.autograd.grad inside a callback JAX cannot "
-            "differentiate. Compute the higher derivative in torch inside fn "
-            "(torch.func.grad, or torch.autograd.grad with create_graph=True) and return "
-            "it as a result, or write that part in JAX."
+            "derivative of its gradient's rules (jax.grad of jax.grad, jax.hessian, "
+            "jax.jvp of a gradient), which run fn and torch.autograd.grad inside callbacks "
+            "JAX cannot differentiate. JAX asks even where the result goes through "
+            "jax.lax.stop_gradient: it differentiates the rules before it sees that; put "
+            "stop_gradient on the call's inputs instead (no gradient rule is traced). "
+            "Otherwise compute the higher derivative in torch inside fn (torch.func.grad, "
+            "or torch.autograd.grad with create_graph=True) and return it as a result, or "
+            "write that part in JAX."
         )
 
     guarded.defjvp(refuse)

@@ -309,6 +309,19 @@ def test_a_second_derivative_is_refused_naming_torch_call_and_the_way_out(second
         second(f)(jnp.ones(3, F32))
 
 
+@pytest.mark.usefixtures("path")
+def test_a_hessian_through_a_stopped_result_names_stop_gradient_and_where_it_goes():
+    """JAX differentiates the gradient's rules before it sees the stop_gradient: refused,
+    with the message saying so; stop_gradient on the input gives pure JAX's hessian."""
+    call = interop.torch_call(torch.sin, spec((3,)))
+    b = jnp.arange(1.0, 4.0, dtype=F32)
+    with pytest.raises(errors.HigherOrderError, match="stop_gradient on the call's inputs"):
+        jax.hessian(lambda b: (jax.lax.stop_gradient(call(b)) * b**2).sum())(b)
+    mine = jax.hessian(lambda b: (call(jax.lax.stop_gradient(b)) * b**2).sum())(b)
+    pure = jax.hessian(lambda b: (jax.lax.stop_gradient(jnp.sin(b)) * b**2).sum())(b)
+    np.testing.assert_allclose(mine, pure, rtol=1e-6)
+
+
 def test_the_sweep_of_traced_calls_tolerates_inserts_from_other_threads(monkeypatch):
     # Past 1024 entries, the sweep of dead ones iterated the live table while other
     # threads' backwards inserted into it: "dictionary changed size during iteration".
