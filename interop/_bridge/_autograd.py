@@ -226,7 +226,7 @@ class JaxFunction(torch.autograd.Function):
             return (None, *higher_order(call, tensors, grads, _needed(ctx, call)))
         leaves = call.leaves
         call.leaves = None  # a second backward (retain_graph=True) hands the tensors over
-        if leaves is None or _addresses(saved) != ctx.addresses:
+        if leaves is None or ctx.addresses is None or _addresses(saved) != ctx.addresses:
             # A saved-tensor hook (saved_tensors_hooks, save_on_cpu, a SavedTensor's own
             # hooks) unpacked other bytes than the forward's: torch checks no version
             # counter then, and what the hook returns is what the backward reads.
@@ -286,7 +286,7 @@ def _addresses(saved: Sequence[torch.Tensor]) -> tuple[int, ...] | None:
     the forward's very tensors."""
     try:
         return tuple(tensor.data_ptr() for tensor in saved)
-    except RuntimeError:
+    except Exception:  # (a subclass may raise anything): unknown, so read anew
         return None
 
 
