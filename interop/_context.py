@@ -353,7 +353,12 @@ class _Unknown(int):
     why: str
     #: The block's exit stack: it holds :data:`_ONLY_SLOT` once the block asks for it.
     stack: contextlib.ExitStack
+    #: Guards :attr:`holding` and :attr:`ended`: threads the block started with a copy of
+    #: its context ask through the same object.
+    guard: threading.Lock
     holding: bool = False
+    #: The block is over (a copy of its context may outlive it): nothing is held for it.
+    ended: bool = False
 
     def __repr__(self) -> str:
         return "<ubatch unknown>"
@@ -361,10 +366,26 @@ class _Unknown(int):
     def hold_only_slot(self) -> None:
         """Take :data:`_ONLY_SLOT` until the block ends (once; waits while another holds
         it). Through the block's exit stack, a ``with`` in effect: the threads that run
-        such blocks are not Python's, so no signal handler (Ctrl-C) runs between."""
-        if not self.holding:
-            self.stack.enter_context(_ONLY_SLOT)
-            self.holding = True
+        such blocks are not Python's, so no signal handler (Ctrl-C) runs between.
+
+        Raises:
+            SlotUnknownError: the block has ended (asked from a copy of its context, which
+                would have taken the lock for good).
+        """
+        with self.guard:
+            if self.ended:
+                raise SlotUnknownError(
+                    f"{self.why} (Asked from a copy of the function's context after the "
+                    "function returned: its only slot is no longer held for it.)"
+                )
+            if not self.holding:
+                self.stack.enter_context(_ONLY_SLOT)
+                self.holding = True
+
+    def end(self) -> None:
+        """The block is over: later requests through this object are refused."""
+        with self.guard:
+            self.ended = True
 
 
 def known_slot(slot: tuple[Any, int], num_slots: int) -> tuple[Any, int]:
@@ -394,8 +415,10 @@ def slot_unknown(why: str) -> Iterator[None]:
         unknown = _Unknown(1 << 62)
         unknown.why = why
         unknown.stack = stack
+        unknown.guard = threading.Lock()
         token = SLOT.set((unknown, 0))
         try:
             yield
         finally:
             SLOT.reset(token)
+            unknown.end()

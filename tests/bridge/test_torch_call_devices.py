@@ -9,12 +9,14 @@ The end-to-end checks run in a child process with four host devices
 
 from __future__ import annotations
 
+import contextvars
 import os
 import subprocess
 import sys
 import textwrap
 import threading
 
+import pytest
 import torch
 
 import interop
@@ -77,6 +79,31 @@ def test_a_block_asking_twice_holds_once_and_releases_at_its_end():
         ws.get_simultaneous(((128,), F32))  # the same block: no wait for itself
     with slot_unknown("a test's XLA thread"):  # released: served at once
         ws.get_simultaneous(((64,), F32))
+
+
+def test_a_copy_of_the_blocks_context_shares_its_hold_and_is_refused_after_it():
+    """A thread the block starts with a copy of its context asks through the block's own
+    hold (no wait for itself); asking through a copy after the block ended took the lock
+    for good (every later block hung): refused instead."""
+    ws = interop.WorkspaceManager("cpu")
+    with slot_unknown("a test's XLA thread"):
+        ws.get_simultaneous(((64,), F32))
+        copied = contextvars.copy_context()
+        helper = threading.Thread(target=copied.run, args=(ws.get_simultaneous, ((32,), F32)))
+        helper.start()
+        helper.join(10)
+        assert not helper.is_alive()
+    with pytest.raises(interop.errors.SlotUnknownError, match="after the function returned"):
+        copied.run(ws.get_simultaneous, ((16,), F32))
+    served = threading.Event()
+
+    def later_block() -> None:
+        with slot_unknown("a test's XLA thread"):
+            ws.get_simultaneous(((16,), F32))
+        served.set()
+
+    threading.Thread(target=later_block, daemon=True).start()
+    assert served.wait(10)
 
 
 _CHILD = textwrap.dedent(
