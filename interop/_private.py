@@ -145,7 +145,7 @@ import os
 import sys
 import threading
 import types
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
 import numpy as np
@@ -966,9 +966,10 @@ def forward_tangent(tensor: torch.Tensor) -> torch.Tensor | None:
     return _FORWARD_AD.unpack_dual(tensor).tangent  # type: ignore[no-any-return,no-untyped-call]
 
 
-def forget_failed_tokens() -> None:
-    """Drop this thread's runtime tokens of computations that failed (see the module), once
-    their error was raised to the caller; the tokens of others stay."""
+def forget_failed_tokens(devices: Iterable[Any]) -> None:
+    """Drop this thread's runtime tokens on ``devices`` whose computation failed (see the
+    module): called once the caller had the error of the computation it just ran there,
+    whose tokens are the last on those devices; other devices' tokens stay."""
     try:
         from jax._src import dispatch
 
@@ -977,7 +978,10 @@ def forget_failed_tokens() -> None:
         return
     if not isinstance(tokens, dict):  # pragma: no cover - depends on the installed jax
         return
-    for device, token in list(tokens.items()):
+    for device in devices:
+        token = tokens.get(device)
+        if token is None:
+            continue
         try:
             token.block_until_ready()
         except Exception:  # its computation failed: its error was raised already

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 import operator
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import jax
@@ -92,12 +92,12 @@ class TorchCaller:
         sharded = wait_for((args, kwargs))  # see call(): fn then runs on this thread
         try:
             result = self.jitted(*args, **kwargs)
-            if sharded:  # see call()
-                jax.block_until_ready(result)  # type: ignore[no-untyped-call]
+            if sharded:  # see call(); an eager transform's result too (its value)
+                wait_for(result)
             return result
         except Exception as err:  # JAX reports a callback failure as RuntimeError or ValueError
             if sharded:
-                _private.forget_failed_tokens()
+                _private.forget_failed_tokens(_devices((args, kwargs)))
             self.reraise(err)
             raise
 
@@ -237,25 +237,13 @@ def _floating(dtype: Any) -> bool:
     return bool(jnp.issubdtype(dtype, jnp.inexact))
 
 
-def wait_for(tree: Any) -> bool:
-    """Wait until every concrete array in ``tree`` is computed, a transform's too (an eager
-    ``jax.vmap``'s batched value, an eager ``jax.grad``'s primal): XLA then runs the
-    callback at once, on this thread, in its slot (one it starts on an input still being
-    computed runs later on a thread of XLA's own, where the workspace refuses to serve).
-    Under a caller's ``jit`` there is nothing concrete to wait for.
-
-    Returns:
-        Whether an array is laid out over several devices (or may be: any sharding but a
-        single device's): XLA then runs the callback once per device, on threads of its
-        own, whatever this thread waited for, so the eager caller waits for the result.
-    """
-    sharded = False
+def _concrete(tree: Any) -> Iterator[Any]:
+    """The concrete arrays of ``tree``, a transform's too (an eager ``jax.vmap``'s batched
+    value, an eager ``jax.grad``'s primal); under a caller's ``jit`` there are none."""
     for leaf in jax.tree_util.tree_leaves(tree):
         for _ in range(8):  # a transform's tracer over another's, a few deep at most
             if type(leaf) is _ArrayImpl:
-                if not leaf.is_deleted():  # (a deleted one: the call says so, as before)
-                    leaf.block_until_ready()
-                    sharded = sharded or type(leaf.sharding) is not _ONE_DEVICE
+                yield leaf
                 break
             inner = getattr(leaf, "val", None)  # an eager vmap's batched value
             if inner is None:
@@ -263,6 +251,39 @@ def wait_for(tree: Any) -> bool:
             if inner is None:
                 break
             leaf = inner
+
+
+def _several_devices(array: Any) -> bool:
+    """Whether ``array`` is laid out over more than one device."""
+    sharding = array.sharding
+    return type(sharding) is not _ONE_DEVICE and len(sharding.device_set) > 1
+
+
+def _devices(tree: Any) -> set[Any]:
+    """The devices the concrete arrays of ``tree`` live on."""
+    found: set[Any] = set()
+    for array in _concrete(tree):
+        if not array.is_deleted():
+            found.update(array.sharding.device_set)
+    return found
+
+
+def wait_for(tree: Any) -> bool:
+    """Wait until every concrete array in ``tree`` is computed (:func:`_concrete`): XLA
+    then runs the callback at once, on this thread, in its slot (one it starts on an
+    input still being computed runs later on a thread of XLA's own, where the caller's
+    slot is unknown).
+
+    Returns:
+        Whether an array is laid out over several devices: XLA then runs the callback
+        once per device, on threads of its own, whatever this thread waited for, so the
+        eager caller waits for the result too.
+    """
+    sharded = False
+    for array in _concrete(tree):
+        if not array.is_deleted():  # (a deleted one: the call says so, as before)
+            array.block_until_ready()
+            sharded = sharded or _several_devices(array)
     return sharded
 
 
@@ -501,7 +522,7 @@ def torch_call(
         for arg in args:
             if not arg.is_deleted():  # (a deleted one: the jitted call says so)
                 arg.block_until_ready()
-                sharded = sharded or type(arg.sharding) is not _ONE_DEVICE
+                sharded = sharded or _several_devices(arg)
         try:
             result = jitted(*args)
             if sharded:  # fn runs once per device, on XLA's threads, whatever was ready:
@@ -509,7 +530,7 @@ def torch_call(
             return result
         except Exception as err:  # JAX reports a callback failure as RuntimeError or ValueError
             if sharded:  # its tokens would raise the error again at exit
-                _private.forget_failed_tokens()
+                _private.forget_failed_tokens(_devices(args))
             caller.reraise(err)
             raise
 

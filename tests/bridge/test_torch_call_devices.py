@@ -144,6 +144,22 @@ _CHILD = textwrap.dedent(
     def bad(x):
         raise ValueError("boom from fn")
 
+    failing = interop.torch_call(bad, lambda x: x, vmap_method="sequential")
+    for name, transformed in [
+        ("vmap", lambda: jax.vmap(failing)(sharded)),
+        ("grad", lambda: jax.grad(lambda a: failing(a).sum())(sharded)),
+    ]:
+        try:  # an eager transform's result is a tracer: its value is waited for
+            transformed()
+            print(name + ": returned")
+        except ValueError as err:
+            print(name + ": raised", err)
+    from interop._bridge import _torch_call
+
+    one = Mesh(np.array(jax.devices()[:1]), ("d",))
+    print("one device counts", _torch_call._several_devices(
+        jax.device_put(x, NamedSharding(one, P("d")))
+    ))
     try:  # last: nothing after it replaces the failed computation's tokens
         interop.torch_call(bad, lambda x: x)(sharded)
         print("eager: returned")
@@ -165,5 +181,7 @@ def test_per_device_calls_over_four_devices(tmp_path):
     assert "shard_map wrong 0" in lines and "pmap wrong 0" in lines, done.stdout
     assert "eager: raised boom from fn" in lines, done.stdout + done.stderr[-3000:]
     assert "eager result right True" in lines, done.stdout
+    assert "vmap: raised boom from fn" in lines and "grad: raised boom from fn" in lines
+    assert "one device counts False" in lines, done.stdout
     # The failure was the caller's once: JAX's exit handlers do not raise it again.
     assert "Exception ignored" not in done.stderr, done.stderr[-3000:]
