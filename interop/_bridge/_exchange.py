@@ -39,7 +39,8 @@ class Copies:
     count: int = 0
 
 
-#: The copies of cotangents (and tangents, and batched slices) made so far, process-wide.
+#: The copies of cotangents (and tangents, batched slices, and tensors a saved-tensor hook
+#: unpacked) made so far, process-wide.
 COTANGENT_COPIES = Copies()
 
 _CANNOT_ALIAS = (MisalignedViewError, UnsupportedLayoutError, LazyViewError)
@@ -47,7 +48,8 @@ _CANNOT_ALIAS = (MisalignedViewError, UnsupportedLayoutError, LazyViewError)
 
 def to_jax_or_copy(tensor: torch.Tensor) -> Any:
     """``tensor`` as a JAX array: zero-copy where JAX can alias it, else a copy that it can
-    (counted and logged); for values torch makes, never for the user's inputs.
+    (counted and logged); for values torch makes (cotangents, tangents, what a saved-tensor
+    hook unpacks), never for the user's inputs as the call was given them.
 
     Example:
         >>> import torch
@@ -65,8 +67,9 @@ def to_jax_or_copy(tensor: torch.Tensor) -> Any:
         copy.copy_(tensor)  # resolves a lazy conjugate or negation too
         COTANGENT_COPIES.count += 1
         logger.debug(
-            "interop.jax_call: copied a cotangent of shape %s (%s, stride %s) that JAX "
-            "cannot alias (%s); a fresh tensor crosses over instead.",
+            "interop.jax_call: copied a tensor torch handed over (a cotangent, or what a "
+            "saved-tensor hook unpacked) of shape %s (%s, stride %s) that JAX cannot alias "
+            "(%s); a fresh tensor crosses over instead.",
             tuple(tensor.shape), tensor.dtype, tensor.stride(), type(err).__name__,
         )  # fmt: skip
         return to_jax(copy)
