@@ -127,6 +127,12 @@ storage-count and constant-result hooks take their private paths (checked).
   and JAX's exit handlers raise its error again (printed twice at exit, "Exception ignored
   in atexit callback"), after the caller had it. The failed tokens are dropped. Gate: the
   dict exists. Fallback: nothing dropped (the error is printed again at exit).
+- :func:`saved_tensor_hooks_active`: whether default saved-tensor hooks are set
+  (``torch.autograd.graph.saved_tensors_hooks``, ``save_on_cpu``, non-reentrant
+  checkpointing): ``torch._C._autograd._top_saved_tensors_default_hooks(False)`` (checked
+  on torch 2.13 and 2.15). Gate: it exists. Fallback: ``False`` (a ``jax_call`` then keeps
+  its forward's JAX buffers until the backward, as without hooks: the backward still reads
+  what the hooks unpack, only no memory is saved).
 - :func:`storage_from_weak`: the storage a ``StorageWeakRef`` refers to, while it lives:
   ``torch.UntypedStorage._new_with_weak_ptr(ref.cdata)`` (checked on torch 2.13). Gate: it
   exists. Fallback: ``None``, as for a freed storage (no public function turns a weak
@@ -986,3 +992,24 @@ def forget_failed_tokens(devices: Iterable[Any]) -> None:
             token.block_until_ready()
         except Exception:  # its computation failed: its error was raised already
             del tokens[device]
+
+
+_TOP_SAVED_HOOKS = getattr(torch._C._autograd, "_top_saved_tensors_default_hooks", None)
+
+
+def saved_tensor_hooks_active() -> bool:
+    """Whether default saved-tensor hooks are set now (see the module).
+
+    Example:
+        >>> import torch
+        >>> with torch.autograd.graph.save_on_cpu():
+        ...     inside = saved_tensor_hooks_active()
+        >>> inside, saved_tensor_hooks_active()
+        (True, False)
+    """
+    if _TOP_SAVED_HOOKS is None:  # pragma: no cover - depends on the installed torch
+        return False
+    try:
+        return _TOP_SAVED_HOOKS(False) is not None
+    except (TypeError, RuntimeError):  # pragma: no cover - another signature
+        return False

@@ -199,9 +199,15 @@ class JaxFunction(torch.autograd.Function):
         kept = call.kept
         saved = (*tensors, *read, *(k for k in kept if isinstance(k, torch.Tensor)))
         ctx.save_for_backward(*saved)
-        ctx.addresses = None if call.leaves is None else _addresses(saved)
         ctx.info = info
         ctx.untensored = {i: k for i, k in enumerate(kept) if not isinstance(k, torch.Tensor)}
+        if _private.saved_tensor_hooks_active() and not _transforms_active():
+            # The hooks hold what the backward reads (a copy on the host, or nothing until
+            # a checkpoint recomputes it): hold none of the forward's buffers beside them,
+            # or offloading would save no memory. (torch.func sets up each level's
+            # context from these: kept under a transform.)
+            call.leaves = call.kept = call.residuals = None
+        ctx.addresses = None if call.leaves is None else _addresses(saved)
 
     @staticmethod
     def backward(ctx: Any, *grads: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:
