@@ -476,10 +476,14 @@ def _fail(sig: Signature, err: BaseException) -> NoReturn:
 
     XLA's message shows the stack of the callback, not the exception's own traceback, so
     ``fn``'s frames (where it raised) are written into the message. The frames of this
-    module above ``fn`` are dropped from ``err``'s traceback first.
+    module above ``fn`` are dropped from ``err``'s traceback first, their locals cleared
+    (tensors over XLA's buffers, which XLA reuses once the callback returns; the callback
+    lets go of its own before it calls this).
     """
     tb = err.__traceback__
     while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
+        with contextlib.suppress(RuntimeError):  # (the callback's own frame still runs)
+            tb.tb_frame.clear()  # tensors over XLA's buffers: no kept failure reaches them
         tb = tb.tb_next
     if tb is not None:
         err = err.with_traceback(tb)
@@ -566,6 +570,7 @@ def forward_buffers(fn: Callable[..., Any], sig: Signature) -> Callable[..., Non
                 with _on_xla_stream(ctx, device):
                     _write(targets, run_forward(fn, sig, tensors, device))
         except BaseException as err:  # Ctrl-C and sys.exit too: raised as they are
+            outs, ins, targets, tensors = (), (), [], []  # XLA's buffers: see _fail
             _fail(sig, err)
 
     return callback
@@ -596,6 +601,7 @@ def backward_buffers(
                         grads = run_backward(fn, sig, primals, wanted, cts, device, required)
                         _write(targets, grads)
         except BaseException as err:  # Ctrl-C and sys.exit too: raised as they are
+            outs, ins, targets, tensors, primals, cts = (), (), [], [], [], {}  # see _fail
             _fail(sig, err)
 
     return callback
@@ -635,6 +641,7 @@ def forward_host(fn: Callable[..., Any], sig: Signature) -> Callable[..., Any]:
             tensors = [_host_tensor(a) for a in arrays]
             return tuple(map(_host_array, run_forward(fn, sig, tensors, _CPU)))
         except BaseException as err:  # Ctrl-C and sys.exit too: raised as they are
+            arrays, tensors = (), []  # XLA's buffers: see _fail
             _fail(sig, err)
 
     return callback
@@ -658,6 +665,7 @@ def backward_host(
                 grads = run_backward(fn, sig, primals, wanted, cts, _CPU, required)
             return tuple(map(_host_array, grads))
         except BaseException as err:  # Ctrl-C and sys.exit too: raised as they are
+            arrays, tensors, primals, cts = (), [], [], {}  # XLA's buffers: see _fail
             _fail(sig, err)
 
     return callback
