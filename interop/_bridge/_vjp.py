@@ -24,6 +24,7 @@ coming out.
 from __future__ import annotations
 
 import dataclasses
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -109,6 +110,25 @@ class ResidualInfo:
     treedef: Any
     where: tuple[tuple[int, int], ...]
     outputs: Outputs
+    #: What a :class:`Residuals` pytree carries as its static data (see :class:`_InfoRef`).
+    ref: _InfoRef = dataclasses.field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "ref", _InfoRef(self))
+
+
+class _InfoRef:
+    """A weak reference to a :class:`ResidualInfo`: the static data of the jitted forward's
+    output pytree. JAX keeps output pytrees in caches of its own (4,096 of them) long after
+    the plan that traced them is gone; the info itself (the VJP's pytree, with its jaxprs)
+    would have gone with them, a few hundred objects per function (a new jitted function
+    every step: about 100 KiB a step). The plan that traced it holds it
+    (``Plan._infos``)."""
+
+    __slots__ = ("info",)
+
+    def __init__(self, info: ResidualInfo) -> None:
+        self.info = weakref.ref(info)
 
 
 @dataclasses.dataclass
@@ -119,11 +139,13 @@ class Residuals:
     info: ResidualInfo
 
 
-jax.tree_util.register_pytree_node(
-    Residuals,
-    lambda r: (r.kept, r.info),
-    lambda info, kept: Residuals(list(kept), info),
-)
+def _residuals(ref: _InfoRef, kept: Sequence[Any]) -> Residuals:
+    info = ref.info()
+    assert info is not None, "a forward's results outlived the plan that traced it"
+    return Residuals(list(kept), info)
+
+
+jax.tree_util.register_pytree_node(Residuals, lambda r: (r.kept, r.info.ref), _residuals)
 
 
 @dataclasses.dataclass
@@ -257,6 +279,8 @@ class Plan:
             jax.jit(self._primal_only) if jitted else self._primal_only
         )
         self._backwards: dict[Any, Callable[..., Any]] = {}
+        #: Every :class:`ResidualInfo` the jitted forward traced (see :class:`_InfoRef`).
+        self._infos: list[ResidualInfo] = []
         name = getattr(fn, "name", getattr(fn, "__name__", "fn"))
         #: The gradients as a function of the inputs and cotangents: what a backward that
         #: is differentiated again (or transformed by ``torch.func``) calls, with its plans.
@@ -329,7 +353,10 @@ class Plan:
             else:
                 where.append((KEPT, len(kept)))
                 kept.append(leaf)
-        return outs, Residuals(kept, ResidualInfo(treedef, tuple(where), box[0]))
+        info = ResidualInfo(treedef, tuple(where), box[0])
+        if self.jitted:  # traced once per signature: the info lives as long as this plan
+            self._infos.append(info)
+        return outs, Residuals(kept, info)
 
     def backward(
         self, info: ResidualInfo, kinds: tuple[int, ...], needed: tuple[bool, ...]
