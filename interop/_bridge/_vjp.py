@@ -65,6 +65,12 @@ def static_key(statics: Sequence[Any]) -> tuple[Any, ...]:
     )
 
 
+def _jit_disabled() -> bool:
+    """Whether ``jax.disable_jit()`` is in effect: a jitted function then runs as Python,
+    on every call."""
+    return bool(getattr(jax.config, "jax_disable_jit", False))
+
+
 @dataclasses.dataclass(frozen=True)
 class Signature:
     """How one call's leaves become the function's arguments.
@@ -354,8 +360,8 @@ class Plan:
                 where.append((KEPT, len(kept)))
                 kept.append(leaf)
         info = ResidualInfo(treedef, tuple(where), box[0])
-        if self.jitted:  # traced once per signature: the info lives as long as this plan
-            self._infos.append(info)
+        if self.jitted and not _jit_disabled():  # traced once per signature:
+            self._infos.append(info)  # the info lives as long as this plan (see _InfoRef)
         return outs, Residuals(kept, info)
 
     def backward(
@@ -374,9 +380,9 @@ class Plan:
                 grads = gradients(vjp(cotangents(info.outputs.avals, kinds, given)))
                 return [g if n else None for g, n in zip(grads, needed, strict=True)]
 
-            if self.jitted:
-                backward = jax.jit(backward)
-                self._backwards[key] = backward  # eager plans trace anew each call
+            if self.jitted and not _jit_disabled():  # (else a new info each
+                backward = jax.jit(backward)  # call: eager plans trace anew each call)
+                self._backwards[key] = backward
         return backward
 
     def batched(self, in_axes: tuple[int | None, ...], slots: tuple[int, ...]) -> Function:

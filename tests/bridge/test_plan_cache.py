@@ -230,6 +230,25 @@ def test_jaxs_caches_keep_no_plan_of_a_dead_function():
     assert [info for info in infos() if id(info) not in before] == []
 
 
+def test_a_jitted_function_run_under_disable_jit_keeps_nothing_per_call():
+    """Under jax.disable_jit() the jitted forward runs as Python on every call: the plan
+    must keep no call's residual description (nor a backward cached for it)."""
+    from interop._bridge._vjp import ResidualInfo
+
+    def infos() -> list[ResidualInfo]:
+        gc.collect()
+        return [o for o in gc.get_objects() if type(o) is ResidualInfo]
+
+    before = {id(info): info for info in infos()}
+    f = interop.jax_call(jax.jit(lambda a: jnp.sin(a) * 2))
+    x = torch.randn(3, requires_grad=True)
+    with jax.disable_jit():
+        for _ in range(20):
+            f(x).sum().backward()
+    assert [info for info in infos() if id(info) not in before] == []
+    f(x).sum().backward()  # and jitted again afterwards
+
+
 _NUMPY = {
     "array": lambda x: np.ones(3, np.float32),
     "scalar": lambda x: np.float32(2.0),
