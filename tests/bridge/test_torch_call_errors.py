@@ -299,6 +299,31 @@ def test_a_kept_failure_reaches_no_tensor_over_xlas_buffers():
     assert _library_tensor_locals(_torch_callback._failures[number]) == []
 
 
+class _FailsBackward(torch.autograd.Function):
+    @staticmethod
+    def forward(x):
+        return x * 2
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        pass
+
+    @staticmethod
+    def backward(ctx, grad):
+        raise ValueError("no backward")
+
+
+@pytest.mark.usefixtures("path")
+def test_a_kept_backward_failure_reaches_no_tensor_over_xlas_buffers():
+    call = interop.torch_call(_FailsBackward.apply, spec((2,)))
+    step = jax.jit(jax.grad(lambda x: call(x * 2).sum()))
+    before = set(_torch_callback._failures)
+    with pytest.raises(jax.errors.JaxRuntimeError, match="no backward"):
+        jax.block_until_ready(step(jnp.ones(2, F32)))
+    (number,) = set(_torch_callback._failures) - before
+    assert _library_tensor_locals(_torch_callback._failures[number]) == []
+
+
 @pytest.mark.usefixtures("path")
 def test_an_eager_failure_keeps_fns_locals_for_a_debugger():
     alive: list[weakref.ref[torch.Tensor]] = []
