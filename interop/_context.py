@@ -420,5 +420,5 @@ def slot_unknown(why: str) -> Iterator[None]:
         try:
             yield
         finally:
-            SLOT.reset(token)
             unknown.end()
+            SLOT.reset(token)
