@@ -301,12 +301,8 @@ def test_a_kept_failure_reaches_no_tensor_over_xlas_buffers():
 
 class _FailsBackward(torch.autograd.Function):
     @staticmethod
-    def forward(x):
+    def forward(ctx, x):
         return x * 2
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        pass
 
     @staticmethod
     def backward(ctx, grad):
