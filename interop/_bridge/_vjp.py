@@ -126,10 +126,9 @@ class ResidualInfo:
 class _InfoRef:
     """A weak reference to a :class:`ResidualInfo`: the static data of the jitted forward's
     output pytree. JAX keeps output pytrees in caches of its own (4,096 of them) long after
-    the plan that traced them is gone; the info itself (the VJP's pytree, with its jaxprs)
-    would have gone with them, a few hundred objects per function (a new jitted function
-    every step: about 100 KiB a step). The plan that traced it holds it
-    (``Plan._infos``)."""
+    the plan that traced them is gone; held there, the info itself (the VJP's pytree, with
+    its jaxprs) stayed too, a few hundred objects per function (a new jitted function every
+    step: about 100 KiB a step). The plan that traced it holds it (``Plan._infos``)."""
 
     __slots__ = ("info",)
 
