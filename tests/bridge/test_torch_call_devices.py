@@ -185,3 +185,47 @@ def test_per_device_calls_over_four_devices(tmp_path):
     assert "one device counts False" in lines, done.stdout
     # The failure was the caller's once: JAX's exit handlers do not raise it again.
     assert "Exception ignored" not in done.stderr, done.stderr[-3000:]
+
+
+_TOKENS_CHILD = textwrap.dedent(
+    """
+    import os
+    os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=4"
+    import jax, jax.numpy as jnp, numpy as np, interop
+    from jax._src import dispatch
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+    def bad(x):
+        raise ValueError("boom")
+
+    layer = interop.torch_call(bad, lambda x: x)
+    devices = jax.devices()
+    first, second = Mesh(np.array(devices[:2]), ("d",)), Mesh(np.array(devices[2:]), ("d",))
+    mine = jax.device_put(jnp.arange(4.0), NamedSharding(first, P("d")))
+    eager = jax.device_put(jnp.arange(4.0), NamedSharding(second, P("d")))
+    try:  # the caller's own jit: its failure is JAX's to report again, at exit too
+        jax.block_until_ready(jax.jit(layer)(mine))
+    except Exception:
+        pass
+    try:
+        layer(eager)
+    except ValueError:
+        print("eager raised")
+    print("tokens on", sorted(d.id for d in dispatch.runtime_tokens.output_runtime_tokens))
+    """
+)
+
+
+def test_an_eager_failure_drops_its_own_devices_tokens_only(tmp_path):
+    """The failed eager call's tokens (devices 2 and 3) go; those of the caller's own failed
+    jit on devices 0 and 1 stay, for JAX to report as it does."""
+    script = tmp_path / "child.py"
+    script.write_text(_TOKENS_CHILD)
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=300, env=env
+    )
+    lines = done.stdout.splitlines()
+    assert "eager raised" in lines and "tokens on [0, 1]" in lines, (
+        done.stdout + done.stderr[-2000:]
+    )
