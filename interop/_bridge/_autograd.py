@@ -28,7 +28,6 @@ from typing import Any
 
 import jax
 import torch
-from torch.autograd import forward_ad
 
 from .. import _private
 from .._errors import ZeroCopyError
@@ -345,7 +344,7 @@ def _has_tangent(leaf: Any) -> bool:
     return (
         isinstance(leaf, torch.Tensor)
         and (leaf.is_floating_point() or leaf.is_complex())
-        and forward_ad.unpack_dual(leaf).tangent is not None  # type: ignore[no-untyped-call]
+        and _private.forward_tangent(leaf) is not None
     )
 
 
