@@ -245,7 +245,11 @@ class JaxFunction(torch.autograd.Function):
             else:
                 kinds.append(_vjp.GIVEN)
                 given.append(cotangent_to_jax(grad))
-        backward = call.plan.backward(info, tuple(kinds), _needed(ctx, call))
+        with_cotangent = tuple(kind == _vjp.GIVEN for kind in kinds)
+        needed = call.plan.reaching(info.inputs, with_cotangent, _needed(ctx, call))
+        if not any(needed):  # no gradient reaches an input (torch's None for each)
+            return (None,) * (1 + n_tensors)
+        backward = call.plan.backward(info, tuple(kinds), needed)
         gradients = [None if g is None else to_torch(g) for g in backward(leaves, given)]
         if not call.plan.jitted:  # eager JAX may return a cotangent, or one array twice
             gradients = unshared(gradients, (*grads, *saved))

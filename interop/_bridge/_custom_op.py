@@ -67,6 +67,7 @@ from ._autograd import OVERWRITE_NOTE, is_differentiated
 from ._exchange import compact_cotangent, to_jax_or_copy
 from ._functions import Function
 from ._handoff import JAX_DTYPES, SHARED_DTYPES, TORCH_DTYPES, check_wide_dtype, to_jax, to_torch
+from ._reach import reached
 
 #: The op's name; it is registered when this module is imported.
 OP_NAME = "functional_ws::jax_call"
@@ -567,15 +568,41 @@ def _backward(ctx: Any, grads: list[torch.Tensor | None]) -> tuple[Any, ...]:
             err.add_note(OVERWRITE_NOTE)
         raise
     given = tuple(g is not None and inexact for g, inexact in zip(grads, ctx.inexact, strict=True))
-    key = backward_key(ctx.key, ctx.diff, given)
+    diff = _reaching(ctx, tensors, given)
+    key = backward_key(ctx.key, diff, given)
     cotangents = [
         compact_cotangent(g) for g, has in zip(grads, given, strict=True) if g is not None and has
     ]
     results = iter(jax_call_op(key, [*tensors, *cotangents], ctx.ints, ctx.floats))
     # No gradient for the ints and floats, in the structure torch 2.13 checks: an empty
     # list stays a list node, a list of numbers counts as one leaf.
-    gradients = [next(results) if d else None for d in ctx.diff]
+    gradients = [next(results) if d else None for d in diff]
     return None, gradients, None if ctx.ints else [], None if ctx.floats else []
+
+
+def _reaching(
+    ctx: Any, tensors: Sequence[torch.Tensor], given: tuple[bool, ...]
+) -> tuple[bool, ...]:
+    """The differentiated tensors a gradient reaches from the results with a cotangent
+    (``given``): torch's ``None`` for the others, as in the eager backward (``_reach.py``).
+    Read from the function's jaxpr when the backward is traced (the graph is specialised
+    on the shapes already); a cached graph keeps the answer in its key."""
+    entry = _entry(ctx.key)
+    if not entry.jitted or not any(ctx.diff):  # unjitted: JAX's zeros (``Plan.reaching``)
+        return tuple(ctx.diff)
+    ints, floats = [int(i) for i in ctx.ints], [float(f) for f in ctx.floats]
+    specs = [
+        jax.ShapeDtypeStruct(tuple(int(d) for d in t.shape), _jax_dtype(t.dtype))  # type: ignore[no-untyped-call]
+        for t in tensors
+    ]
+
+    def fn(*arrays: Any) -> list[Any]:
+        args, kwargs = _call_arguments(entry, iter(arrays), iter(ints), iter(floats))
+        _, leaves = _describe_result(entry.fn(*args, **kwargs))
+        return [jnp.asarray(leaf) for leaf in leaves]
+
+    found = reached(fn, specs, given)
+    return tuple(d and r for d, r in zip(ctx.diff, found, strict=True))
 
 
 def backward_key(key: str, diff: tuple[bool, ...], given: tuple[bool, ...]) -> str:

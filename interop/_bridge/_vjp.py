@@ -35,6 +35,7 @@ import numpy as np
 from .. import _private
 from .._errors import X64DisabledError
 from ._functions import Function
+from ._reach import reached
 
 #: A leaf's kind in a call: differentiated, another array, or a static value.
 DIFF, ARRAY, STATIC = 0, 1, 2
@@ -42,6 +43,9 @@ DIFF, ARRAY, STATIC = 0, 1, 2
 KEPT, INPUT, OUTPUT = 0, 1, 2
 #: A cotangent's kind: given by torch, zero (torch gave none), float0 (an integer output).
 GIVEN, ZERO, FLOAT0 = 0, 1, 2
+
+#: How many (shapes, cotangents) a plan keeps the answer of :meth:`Plan.reaching` for.
+_REACHED_KEPT = 256
 
 #: What counts as an array among a call's leaves and a function's results.
 ARRAY_TYPES = (jax.Array, np.ndarray, np.generic)
@@ -111,11 +115,13 @@ class Outputs:
 @dataclasses.dataclass(frozen=True, eq=False)  # one per trace: compared by identity, cheaply
 class ResidualInfo:
     """What a forward's residuals are: the VJP's pytree, each leaf's source (``(KEPT, k)``,
-    ``(INPUT, i)``, ``(OUTPUT, j)``) and the forward's :class:`Outputs`."""
+    ``(INPUT, i)``, ``(OUTPUT, j)``), the forward's :class:`Outputs`, and the shape and
+    dtype of each input (differentiated first: what :meth:`Plan.reaching` reads)."""
 
     treedef: Any
     where: tuple[tuple[int, int], ...]
     outputs: Outputs
+    inputs: tuple[tuple[tuple[int, ...], Any], ...]
     #: What a :class:`Residuals` pytree carries as its static data (see :class:`_InfoRef`).
     ref: _InfoRef = dataclasses.field(init=False, repr=False)
 
@@ -244,6 +250,11 @@ def cotangents(
     return full
 
 
+def avals_of(values: Sequence[Any]) -> tuple[tuple[tuple[int, ...], Any], ...]:
+    """Each array's shape and dtype (arrays or tracers)."""
+    return tuple((tuple(v.shape), v.dtype) for v in values)
+
+
 def gradients(grads: Sequence[Any]) -> list[Any]:
     """JAX's cotangents of the inputs as torch's gradients (complex ones conjugated)."""
     return [jnp.conj(g) if jnp.iscomplexobj(g) else g for g in grads]
@@ -296,6 +307,38 @@ class Plan:
         #: The tangents of the results as a function of the inputs and their tangents.
         self.jvp = self._derived(self._jvp, f"jvp({name})")
         self._batched: dict[Any, Function] = {}
+        self._reached: dict[Any, tuple[bool, ...]] = {}
+
+    def reaching(
+        self,
+        inputs: tuple[tuple[tuple[int, ...], Any], ...],
+        given: tuple[bool, ...],
+        needed: tuple[bool, ...],
+    ) -> tuple[bool, ...]:
+        """``needed`` without the differentiated inputs no gradient reaches from the results
+        that have a cotangent (``given``): torch gives those ``None``, where JAX would give
+        zeros (``_reach.py``). ``inputs``: every input's shape and dtype, differentiated
+        first. Read from ``fn``'s jaxpr once per shape, for a jitted ``fn`` only: an
+        unjitted one runs its Python on every call, and may read what changes between
+        calls (it keeps JAX's zeros)."""
+        if not self.jitted or _jit_disabled():
+            return needed
+        key = (inputs, given)
+        found = self._reached.get(key)
+        if found is None:
+            n_diff = len(needed)
+
+            def fn(*values: Any) -> list[Any]:
+                return self._primal(values[n_diff:], [])(*values[:n_diff])
+
+            specs = [jax.ShapeDtypeStruct(shape, dtype) for shape, dtype in inputs]  # type: ignore[no-untyped-call]
+            found = reached(fn, specs, given)[:n_diff]
+            if len(self._reached) >= _REACHED_KEPT:  # shapes that keep changing: bounded
+                self._reached.clear()
+            self._reached[key] = found
+        if all(found):
+            return needed
+        return tuple(n and r for n, r in zip(needed, found, strict=True))
 
     def _derived(self, fn: Callable[..., Any], name: str, static: int | None = None) -> Function:
         derived = jax.jit(fn, static_argnums=static) if self.jitted else fn
@@ -358,7 +401,7 @@ class Plan:
             else:
                 where.append((KEPT, len(kept)))
                 kept.append(leaf)
-        info = ResidualInfo(treedef, tuple(where), box[0])
+        info = ResidualInfo(treedef, tuple(where), box[0], avals_of(inputs))
         if self.jitted and not _jit_disabled():  # traced once per signature:
             self._infos.append(info)  # the info lives as long as this plan (see _InfoRef)
         return outs, Residuals(kept, info)
@@ -441,6 +484,10 @@ class Plan:
         per-sample gradient nobody asked for can cost more than the rest together."""
         box: list[Outputs] = []
         primal = self._primal(arrays, box)
+        with_cotangent = tuple(ct is not None for ct in torch_cts)
+        needed = self.reaching(avals_of([*diff, *arrays]), with_cotangent, needed)
+        if not any(needed):
+            return [None] * len(needed)
         positions = [i for i, n in enumerate(needed) if n]
 
         def of_needed(*values: Any) -> list[Any]:
