@@ -275,9 +275,11 @@ class Placement:
 
 
 def place(picture: SlotPicture, width: float, min_view: float) -> Placement:
-    """Lay a slot's segments along a bar of ``width``, each view at least ``min_view`` wide.
+    """Lay a slot's segments along a bar of ``width``, each view and retained span at least
+    ``min_view`` wide (a 125 KiB tail beside 64 MiB of scratch is seen, and its colour).
 
-    The views that would be narrower than ``min_view`` to scale get exactly ``min_view``,
+    The views and spans that would be narrower than ``min_view`` to scale get exactly
+    ``min_view`` (a span drawn over views, a band, too, kept inside the bar),
     and every other range shares what is left of ``width`` in proportion to its bytes, so
     a bar still starts at offset 0 and ends at its capacity. The bar is never lengthened:
     it stays to scale beside the others. In a bar too short for its views
@@ -296,7 +298,7 @@ def place(picture: SlotPicture, width: float, min_view: float) -> Placement:
         [(0.0, 3.0), (3.0, 4.0), (4.0, 4.0)]
     """
     tiles = [i for i, s in enumerate(picture.segments) if not s.over]
-    views = [i for i in tiles if picture.segments[i].kind in ("view", "more")]
+    views = [i for i in tiles if picture.segments[i].kind in _KEPT_VISIBLE]
     if views:
         min_view = min(min_view, width / (2 * len(views)))
     sizes = {i: picture.segments[i].end - picture.segments[i].start for i in tiles}
@@ -319,12 +321,20 @@ def place(picture: SlotPicture, width: float, min_view: float) -> Placement:
         x += step
     for i, seg in enumerate(picture.segments):
         if seg.over:
-            spans[i] = (_position(points, seg.start, last=True), _position(points, seg.end))
+            x0, x1 = _position(points, seg.start, last=True), _position(points, seg.end)
+            if x1 - x0 < min_view and seg.end > seg.start:
+                x0 = max(0.0, min(x0, x - min_view))
+                x1 = x0 + min(min_view, x)
+            spans[i] = (x0, x1)
     return Placement(
         width if picture.capacity else x,  # the sum of the steps, without its rounding
         tuple(spans[i] for i in range(len(picture.segments))),
         _position(points, min(picture.high_water, picture.capacity)),
     )
+
+
+#: The kinds of segment drawn at least the minimum width: views and retained spans.
+_KEPT_VISIBLE = ("view", "more", "retained", "clobbered")
 
 
 def _position(points: Sequence[tuple[int, float]], offset: int, last: bool = False) -> float:

@@ -304,3 +304,24 @@ def test_a_request_of_twenty_thousand_views_draws_in_kilobytes():
     assert len(fws.render_html(s, {(0, 0): layout})) < 60_000  # it was 5 MB
     assert len(layout._repr_html_()) < 60_000
     assert str(layout).count("\n") == 20_000  # the text still lists every view
+
+
+@pytest.mark.parametrize("clobbered", [False, True], ids=["intact", "clobbered"])
+def test_a_small_retained_span_beside_much_scratch_is_drawn_visible(clobbered):
+    """A 125 KiB tail beside 64 MiB of scratch was 1 px to scale, hidden by the bar's
+    border (a clobbered band 0.01 px): each part of it gets a view's minimum width."""
+    s, _ = fws.acquire(fws.initial_state(), (0, 0), ((64 << 20,), U8), ((32000,), F32))
+    s, span, _ = fws.retain(s, (0, 0), "sampler", ((32000,), F32))
+    layouts = {}
+    if clobbered:  # a request reaching into all but the span's last bytes
+        s, layouts[(0, 0)] = fws.acquire(s, (0, 0), ((s.capacity((0, 0)) - 1000,), U8))
+    (p,) = slot_pictures(s, layouts, {(0, 0): span})
+    placed = place(p, BAR_PX, MIN_VIEW_PX)
+    kind = "clobbered" if clobbered else "retained"
+    parts = [xs for g, xs in zip(p.segments, placed.spans, strict=True) if g.kind == kind]
+    assert parts and len(parts) == (2 if clobbered else 1)  # clobbered: a tile and a band
+    assert all(x1 - x0 >= MIN_VIEW_PX - 1e-9 for x0, x1 in parts)
+    assert all(x0 >= 0 and x1 <= placed.width + 1e-9 for x0, x1 in parts)
+    html = fws.render_html(s, layouts, {(0, 0): span})
+    widths = re.findall(rf'class="fws-seg fws-{kind}[^"]*"[^>]*width:([\d.]+)px', html)
+    assert widths and all(float(w) >= MIN_VIEW_PX for w in widths)
