@@ -34,6 +34,37 @@ def present(value: object, kind: Kind) -> str | None:
     return None
 
 
+#: The lines a notebook's plain-text display keeps: the first and the last half of this
+#: many (``str`` and ``print`` give every line). The HTML displays have bounds of their own.
+PRETTY_LINES = 200
+#: The characters a notebook's plain-text display keeps of one line.
+PRETTY_LINE_CHARS = 1000
+
+
+def bounded_text(text: str) -> str:
+    """``text`` as a notebook's plain-text display shows it: at most :data:`PRETTY_LINES`
+    lines (the first and the last half, a line between them counting those left out) of at
+    most :data:`PRETTY_LINE_CHARS` characters each. A notebook stores this beside the HTML
+    in the ``.ipynb``: a long recording must not make it megabytes.
+
+    Example:
+        >>> print(bounded_text("\\n".join(f"line {i}" for i in range(1000))).splitlines()[99:102])
+        ['line 99', '... 800 lines not shown (print() shows every line) ...', 'line 900']
+    """
+    lines = text.split("\n")
+    if len(lines) > PRETTY_LINES:
+        half = PRETTY_LINES // 2
+        left_out = len(lines) - 2 * half
+        note = f"... {left_out} lines not shown (print() shows every line) ..."
+        lines = [*lines[:half], note, *lines[-half:]]
+    return "\n".join(
+        line
+        if len(line) <= PRETTY_LINE_CHARS
+        else f"{line[:PRETTY_LINE_CHARS]}... ({len(line) - PRETTY_LINE_CHARS} more characters)"
+        for line in lines
+    )
+
+
 class Presented:
     """A mixin: ``str``, ``_repr_html_`` and ``_repr_pretty_`` through the installed renderers.
 
@@ -53,7 +84,7 @@ class Presented:
         return f"<pre>{escape(str(self))}</pre>" if html is None else html
 
     def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
-        printer.text(str(self))
+        printer.text(bounded_text(str(self)))
 
 
 def install_key_namer(name: Callable[[Any], str | None]) -> None:

@@ -15,6 +15,7 @@ from html import escape
 from typing import Any
 
 from functional_ws import Slot, Trace, TraceEvent, WorkspaceState, diff
+from functional_ws._presenters import bounded_text
 from functional_ws.display import counted, plot_timeline, timeline_html
 from functional_ws.display._snapshot import memory_snapshot
 from functional_ws.display._text import first_and_last
@@ -42,7 +43,7 @@ class Record:
         return f"{self.call} in slot {self.slot}{outcome}"
 
     def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
-        printer.text(str(self))
+        printer.text(bounded_text(str(self)))
 
 
 class History(list[Record]):
@@ -186,7 +187,7 @@ class History(list[Record]):
         )
 
     def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
-        printer.text(str(self))
+        printer.text(bounded_text(str(self)))
 
     def _repr_html_(self) -> str:
         return history_html(self)

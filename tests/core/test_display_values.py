@@ -126,3 +126,21 @@ def test_a_layout_table_lists_the_first_and_last_views_and_counts_the_rest():
     _, small = fws.acquire(fws.initial_state(), (0, 0), *[((1,), U8)] * SHOWN_VIEWS)
     assert "not shown" not in small._repr_html_()
     assert small._repr_html_().count('<tr><td class="fws-num">') == SHOWN_VIEWS
+
+
+def test_a_notebooks_plain_text_is_bounded_where_print_gives_everything():
+    """IPython stores the plain text beside the HTML in the .ipynb: a layout of 20,000
+    views stored 476 KB of it. Its first and last lines now, and how many are left out."""
+    from functional_ws._presenters import PRETTY_LINE_CHARS, PRETTY_LINES, bounded_text
+
+    _, layout = fws.acquire(fws.initial_state(), (0, 0), *[((1,), U8)] * 20_000)
+    full, shown = str(layout).splitlines(), pretty(layout).splitlines()
+    assert len(full) > 20_000 and len(shown) == PRETTY_LINES + 1
+    half = PRETTY_LINES // 2
+    assert shown[:half] == full[:half] and shown[-half:] == full[-half:]
+    left_out = len(full) - PRETTY_LINES
+    assert shown[half] == f"... {left_out} lines not shown (print() shows every line) ..."
+    _, small = fws.acquire(fws.initial_state(), (0, 0), ((1,), U8))
+    assert pretty(small) == str(small)
+    line = bounded_text("x" * (PRETTY_LINE_CHARS + 5))
+    assert line == "x" * PRETTY_LINE_CHARS + "... (5 more characters)"

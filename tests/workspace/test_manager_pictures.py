@@ -324,3 +324,17 @@ def test_a_get_persistent_key_read_back_from_json_prints_as_it_was_written():
     assert "('moe', 3) (tensor)" in str(back)
     locked = fws.lock(fws.initial_state())
     assert [str(s) for s in fws.replay(locked, back)] == [str(s) for s in fws.replay(locked, trace)]
+
+
+def test_a_long_historys_plain_text_is_bounded_in_a_notebook():
+    """20,000 calls stored 1.1 MB of plain text in the .ipynb beside the bounded HTML."""
+    from functional_ws._presenters import PRETTY_LINES
+
+    ws = WorkspaceManager("cpu")
+    with ws.recording() as history:
+        for i in range(2 * PRETTY_LINES):
+            ws.get_simultaneous(((i % 7 + 1,), torch.float32))
+    full, shown = str(history).splitlines(), pretty(history).splitlines()
+    assert len(full) > 2 * PRETTY_LINES and len(shown) == PRETTY_LINES + 1
+    assert shown[0] == full[0] and shown[-1] == full[-1]
+    assert "lines not shown (print() shows every line)" in shown[PRETTY_LINES // 2]
