@@ -176,7 +176,7 @@ def key_text(key: object) -> str:
         if text is not None:
             return text  # a namer bounds what it names (the key inside, by key_text)
     try:
-        return _bounded(repr(key))
+        return clipped(repr(key))
     except Exception as err:
         return f"<a key of type {type(key).__name__} whose repr raised {type(err).__name__}>"
 
@@ -185,5 +185,6 @@ def key_text(key: object) -> str:
 KEY_CHARS = 200
 
 
-def _bounded(text: str) -> str:
+def clipped(text: str) -> str:
+    """``text`` cut at :data:`KEY_CHARS` characters (a key's repr, a dtype's name)."""
     return text if len(text) <= KEY_CHARS else f"{text[: KEY_CHARS - 3]}..."

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from html import escape
 
-from .._presenters import key_text
+from .._presenters import clipped, key_text
 from .._sizing import Shortfall
 from .._trace import Trace
 from .._trace_events import TraceEvent
@@ -18,6 +18,8 @@ from ._text import counted, exact_bytes, format_bytes
 #: The most events ``print(trace)`` lists and a notebook's table shows.
 SHOWN = 30
 SHOWN_HTML = 200
+#: The views an event lists, in text and HTML (then how many more, and their bytes).
+SHOWN_VIEWS = 16
 _STYLE = (
     "<style>.fws-trace{font:12px sans-serif}.fws-trace table{border-collapse:collapse}"
     ".fws-trace td,.fws-trace th{padding:1px 8px;border-bottom:1px solid #ddd;text-align:left;"
@@ -34,7 +36,8 @@ def event_text(event: TraceEvent) -> str:
         >>> print(TraceEvent("acquire", (0, 0), ((8192, "bfloat16"), (40, "int32"))))
         get_simultaneous(8.00 KiB bfloat16, 40 B int32) in slot (0, 0)
     """
-    views = ", ".join(f"{format_bytes(n)} {dtype}" for n, dtype in event.views)
+    shown, more = _shown_views(event)
+    views = ", ".join([f"{format_bytes(n)} {clipped(dtype)}" for n, dtype in shown] + more)
     if event.kind == "acquire":
         return f"get_simultaneous({views}) in slot {event.slot}"
     if event.kind == "retain":
@@ -60,11 +63,26 @@ def trace_text(trace: Trace) -> str:
     return "\n".join(lines)
 
 
+def _shown_views(event: TraceEvent) -> tuple[tuple[tuple[int, str], ...], list[str]]:
+    """The views an event's line lists, and a phrase for the others (none, or one saying
+    how many and their bytes): a request of 20,000 views stays a line."""
+    shown = event.views[:SHOWN_VIEWS]
+    rest = event.views[SHOWN_VIEWS:]
+    if not rest:
+        return shown, []
+    nbytes = sum(n for n, _ in rest)
+    return shown, [f"... {counted(len(rest), 'more view')} ({format_bytes(nbytes)})"]
+
+
 def _views_html(event: TraceEvent) -> str:
+    shown, more = _shown_views(event)
     return ", ".join(
-        f'<span class="fws-dot" style="background:{dtype_colour(dtype)}"></span>'
-        f'<span title="{exact_bytes(n)}">{format_bytes(n)}</span> {escape(dtype)}'
-        for n, dtype in event.views
+        [
+            f'<span class="fws-dot" style="background:{dtype_colour(dtype)}"></span>'
+            f'<span title="{exact_bytes(n)}">{format_bytes(n)}</span> {escape(clipped(dtype))}'
+            for n, dtype in shown
+        ]
+        + [escape(phrase) for phrase in more]
     )
 
 

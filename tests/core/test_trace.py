@@ -89,6 +89,25 @@ def test_a_long_trace_prints_its_first_events_and_a_count():
     assert len(lines) == 1 + 30 + 1 and lines[-1].strip() == "... 10 more events"
 
 
+def test_an_event_of_many_views_lists_its_first_and_counts_the_rest():
+    """One request of 20,000 views was 1.8 MB of HTML and 200 KB of text: now its first
+    views, how many more, and their bytes; a huge dtype name is cut too."""
+    from functional_ws.display._sizing import SHOWN_VIEWS
+
+    t = fws.Trace().acquire((0, 0), *[((1,), U8)] * 20_000)
+    text, html = str(t), t._repr_html_()
+    rest = 20_000 - SHOWN_VIEWS
+    assert f"... {rest} more views (19.52 KiB)) in slot (0, 0)" in text  # 19,984 B
+    assert text.count("1 B uint8") == SHOWN_VIEWS and len(text) < 1_000
+    assert html.count('class="fws-dot"') == SHOWN_VIEWS and len(html) < 5_000
+    shortfall = fws.replay(fws.initial_state(), t)[0]
+    assert len(str(shortfall)) < 1_000 and len(shortfall._repr_html_()) < 5_000
+    few = fws.Trace().acquire((0, 0), ((1,), U8), ((2,), U8))
+    assert "more view" not in str(few) and "more view" not in few._repr_html_()
+    odd = fws.TraceEvent("acquire", (0, 0), ((4, "x" * 100_000),))
+    assert len(str(odd)) < 1_000
+
+
 def test_html_is_a_table_of_every_event():
     html = _sample()._repr_html_()
     assert html.count("<tr>") == 4  # a header and three events
