@@ -14,7 +14,7 @@ from html import escape
 from .._layout import Layout, Span
 from .._state import Slot, WorkspaceState
 from ._picture import Placement, Segment, SlotPicture, colour_keys, place, slot_pictures
-from ._text import counted, describe_state, exact_bytes, format_bytes
+from ._text import counted, describe_state, drawn_slots, exact_bytes, format_bytes
 
 #: The widest slot's bar, in CSS pixels; the others are to scale.
 BAR_PX = 560
@@ -88,11 +88,13 @@ def render_html(
         True
     """
     _check_state(state, "render_html")
-    pictures = slot_pictures(state, layouts, spans)
+    pictures, left_out = drawn_slots(slot_pictures(state, layouts, spans), _held_bytes)
     widest = max([p.capacity for p in pictures] + [1])
     words = ", ".join([describe_state(state), *details])
     header = f'<div class="fws-head"><b>{escape(title)}</b>: {escape(words)}</div>'
     rows = "".join(_row(p, BAR_PX * p.capacity / widest) for p in pictures)
+    if left_out:
+        rows += f'<div class="fws-info"><i>... {escape(left_out)}</i></div>'
     note = (
         f'<div class="fws-note">Bars to scale; inside a bar, a view narrower than '
         f"{MIN_VIEW_PX:g} px is drawn {MIN_VIEW_PX:g} px wide (less in a bar too short for "
@@ -101,20 +103,31 @@ def render_html(
     return f'{STYLE}<div class="fws">{header}{rows}{colour_key(pictures)}{note}</div>'
 
 
+#: The persistent keys a slot's row names (then how many more).
+SHOWN_KEYS = 20
+
+
+def _held_bytes(p: SlotPicture) -> bool:
+    return p.capacity > 0
+
+
 def _row(p: SlotPicture, width: float) -> str:
     placed = place(p, width, MIN_VIEW_PX)
     segments = "".join(
         _segment(seg, x0, x1) for seg, (x0, x1) in zip(p.segments, placed.spans, strict=True)
     )
     empty = " fws-empty" if not p.capacity else ""
-    caption = (
-        f"{format_bytes(p.capacity)}, high water {format_bytes(p.high_water)}"
-        if p.capacity
-        else "no buffer yet"
-    )
+    if p.capacity:
+        caption = f"{format_bytes(p.capacity)}, high water {format_bytes(p.high_water)}"
+    elif p.high_water:  # a growth failed twice: the slot lost its buffer
+        caption = f"no buffer now, high water {format_bytes(p.high_water)}"
+    else:
+        caption = "no buffer yet"
     info = ""
     if p.persistent_keys:
-        keys = ", ".join(p.persistent_keys)
+        shown = p.persistent_keys[:SHOWN_KEYS]
+        more = len(p.persistent_keys) - len(shown)
+        keys = ", ".join(shown) + (f", ... {counted(more, 'more key')}" if more else "")
         info = (
             f'<div class="fws-info">{counted(len(p.persistent_keys), "persistent key")}: '
             f"{escape(keys)}</div>"

@@ -325,3 +325,39 @@ def test_a_small_retained_span_beside_much_scratch_is_drawn_visible(clobbered):
     html = fws.render_html(s, layouts, {(0, 0): span})
     widths = re.findall(rf'class="fws-seg fws-{kind}[^"]*"[^>]*width:([\d.]+)px', html)
     assert widths and all(float(w) >= MIN_VIEW_PX for w in widths)
+
+
+def test_html_of_many_slots_draws_sixteen_and_says_how_many_are_left_out():
+    """2,000 ubatches drew 2,000 bars (1 MB); the plot and timeline stopped at 16."""
+    from functional_ws.display._text import MAX_DRAWN
+
+    s = fws.initial_state(num_ubatches=2000)
+    for u in (5, 1999):
+        s, _ = fws.acquire(s, (u, 0), ((4096,), U8))
+    html = fws.render_html(s)
+    slots = re.findall(r'class="fws-row" data-slot="\((\d+), 0\)"', html)
+    assert len(slots) == MAX_DRAWN and {"5", "1999"} <= set(slots)  # those that hold bytes
+    assert f"{2000 - MAX_DRAWN} more slots not drawn (all of them never held bytes)" in html
+    assert len(html) < 20_000
+
+
+def test_html_names_twenty_persistent_keys_of_a_slot_and_counts_the_rest():
+    from functional_ws.display._html import SHOWN_KEYS
+
+    s = fws.initial_state()
+    for i in range(SHOWN_KEYS + 5):
+        s, _ = fws.claim(s, (0, 0), f"key{i:03d}")
+    html = fws.render_html(s)
+    assert f"{SHOWN_KEYS + 5} persistent keys: " in html
+    assert f"&#x27;key{SHOWN_KEYS - 1:03d}&#x27;, ... 5 more keys" in html
+    assert f"key{SHOWN_KEYS:03d}" not in html
+
+
+def test_a_slot_that_lost_its_buffer_is_not_captioned_as_never_having_had_one():
+    s, _ = fws.acquire(fws.initial_state(), (0, 0), ((4096,), U8))
+    grown, _ = fws.acquire(s, (0, 0), ((8192,), U8))
+    emptied = fws.after_failed_growth(s, grown, {(0, 0): 0})  # the old size failed too
+    assert emptied.capacity((0, 0)) == 0
+    html = fws.render_html(emptied)
+    assert "no buffer now, high water 4.00 KiB" in html and "no buffer yet" not in html
+    assert "no buffer yet" in fws.render_html(fws.initial_state())
