@@ -207,10 +207,10 @@ def _outcome_html(history: Sequence[Record], i: int) -> str:
     changed = diff(history[i - 1].state, record.state)
     parts = []
     if record.error is not None:
-        error = escape(record.error).replace("\n", "<br>")
+        error = escape(bounded_text(record.error)).replace("\n", "<br>")
         parts.append(f'<span style="color:#b00">{error}</span>')
     if changed or record.error is None:
-        parts.append(escape(str(changed)).replace("\n", "<br>"))
+        parts.append(escape(bounded_text(str(changed))).replace("\n", "<br>"))
     return "<br>".join(parts)
 
 

@@ -338,3 +338,17 @@ def test_a_long_historys_plain_text_is_bounded_in_a_notebook():
     assert len(full) > 2 * PRETTY_LINES and len(shown) == PRETTY_LINES + 1
     assert shown[0] == full[0] and shown[-1] == full[-1]
     assert "lines not shown (print() shows every line)" in shown[PRETTY_LINES // 2]
+
+
+def test_a_historys_html_cuts_an_error_naming_a_huge_key():
+    """Each error naming a 1 MB key put 1 MB into the History's HTML (6 MB for six)."""
+    ws = WorkspaceManager("cpu")
+    key = "q" * 1_000_000
+    ws.get_persistent(key, (4,), torch.float32)
+    with ws.recording() as history:
+        for _ in range(3):
+            with pytest.raises(ValueError, match="requested shape"):
+                ws.get_persistent(key, (5,), torch.float32)
+    assert len(history[-1].error) > 1_000_000  # the error itself is whole, as the original's
+    assert len(history._repr_html_()) < 30_000
+    assert "more characters)" in history._repr_html_()
