@@ -62,6 +62,12 @@ def diff(a: WorkspaceState, b: WorkspaceState) -> Diff:
         slot (1, 0): high_water 0 B → 512 B
         slot (1, 0): growths 0 → 1
     """
+    for name, value in (("a", a), ("b", b)):
+        if not isinstance(value, WorkspaceState):
+            raise TypeError(
+                f"diff compares two WorkspaceStates; {name} is a {type(value).__name__}. For "
+                "a manager, pass ws.state (a recorded History's states: history[i].state)."
+            )
     changes = [
         Change(None, name, getattr(a, name), getattr(b, name))
         for name in _CONFIG

@@ -14,7 +14,7 @@ from html import escape
 from .._layout import Layout, Span
 from .._state import Slot, WorkspaceState
 from ._picture import Placement, Segment, SlotPicture, colour_keys, place, slot_pictures
-from ._text import counted, describe_state, drawn_slots, exact_bytes, format_bytes
+from ._text import check_state, counted, describe_state, drawn_slots, exact_bytes, format_bytes
 
 #: The widest slot's bar, in CSS pixels; the others are to scale.
 BAR_PX = 560
@@ -87,7 +87,7 @@ def render_html(
         >>> "unlocked" in html and "slot (0, 0)" in html
         True
     """
-    _check_state(state, "render_html")
+    check_state(state, "render_html")
     pictures, left_out = drawn_slots(slot_pictures(state, layouts, spans), _held_bytes)
     widest = max([p.capacity for p in pictures] + [1])
     words = ", ".join([describe_state(state), *details])
@@ -183,12 +183,3 @@ def colour_key(pictures: Sequence[SlotPicture]) -> str:
             '<span class="fws-swatch fws-swatch-hw"></span>high water</span>'
         )
     return f'<div class="fws-keys">{"".join(keys)}</div>'
-
-
-def _check_state(state: object, who: str) -> None:
-    if not isinstance(state, WorkspaceState):
-        raise TypeError(
-            f"{who} draws a WorkspaceState, got {type(state).__name__}. For a manager, call "
-            f"ws.plot() (or display the manager itself), or pass ws.state, ws.last_layouts, "
-            f"ws.last_spans."
-        )

@@ -165,6 +165,12 @@ def slot_pictures(
         [('requested', 0, 512)]
     """
     layouts, spans = layouts or {}, spans or {}
+    for name, given, wanted in (("layouts", layouts, Layout), ("spans", spans, Span)):
+        if not isinstance(given, Mapping) or not all(isinstance(v, wanted) for v in given.values()):
+            raise TypeError(
+                f"{name} must map a slot to a {wanted.__name__} (a manager keeps them as "
+                f"ws.last_{name}), got {_described(given)}."
+            )
     pictures = []
     for slot, s in zip(state.all_slots(), state.slots, strict=True):
         layout = layouts.get(slot)
@@ -193,6 +199,13 @@ def slot_pictures(
         keys = tuple(sorted(map(key_text, s.persistent_keys)))
         pictures.append(SlotPicture(slot, s.capacity, s.high_water, tuple(tiles + bands), keys))
     return pictures
+
+
+def _described(given: object) -> str:
+    if isinstance(given, Mapping):
+        odd = next(v for v in given.values() if not isinstance(v, (Layout, Span)))
+        return f"a value of type {type(odd).__name__}"
+    return f"a value of type {type(given).__name__}"
 
 
 def _view_segments(layout: Layout, alignment: int) -> list[Segment]:

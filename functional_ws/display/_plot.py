@@ -8,9 +8,8 @@ from typing import Any
 from .._layout import Layout, Span
 from .._state import Slot, WorkspaceState
 from ._figure import literal, new_figure
-from ._html import _check_state
 from ._picture import colour_keys, place, slot_pictures
-from ._text import describe_state, drawn_slots, format_bytes
+from ._text import check_state, describe_state, drawn_slots, format_bytes
 
 #: What the picture marks besides byte ranges, for the legend.
 HIGH_WATER = "high water: the largest request"
@@ -63,7 +62,7 @@ def plot(
         >>> [t.get_text() for t in fig.axes[0].get_yticklabels()][::-1]  # top to bottom
         ['slot (0, 0)', 'slot (1, 0)']
     """
-    _check_state(state, "plot")
+    check_state(state, "plot")
     pictures, note = drawn_slots(slot_pictures(state, layouts, spans), lambda p: p.capacity > 0)
     if note:
         details = [*details, note]
@@ -104,7 +103,7 @@ def plot(
     )
     ax.set_title(literal(", ".join([title + ": " + describe_state(state), *details])), fontsize=9)
     handles: list[Any] = [
-        Patch(color=key.colour, label=f"view: {key.dtype}" if key.dtype else key.meaning)
+        Patch(color=key.colour, label=literal(f"view: {key.dtype}") if key.dtype else key.meaning)
         for key in colour_keys(pictures)
     ]
     handles.append(Line2D([0], [0], color="black", linewidth=1.5, label=HIGH_WATER))

@@ -132,6 +132,7 @@ def render(state: WorkspaceState, *, title: str = "WorkspaceState") -> str:
             retained: none
             persistent keys: none
     """
+    check_state(state, "render")
     lines = [f"{title}: {describe_state(state)}"]
     for slot, s in zip(state.all_slots(), state.slots, strict=True):
         lines.append(
@@ -146,3 +147,13 @@ def render(state: WorkspaceState, *, title: str = "WorkspaceState") -> str:
         keys = ", ".join(sorted(map(key_text, s.persistent_keys))) or "none"
         lines.append(f"    persistent keys: {keys}")
     return "\n".join(lines)
+
+
+def check_state(state: object, who: str) -> None:
+    """Refuse what is not a :class:`~functional_ws.WorkspaceState`, naming what to pass."""
+    if not isinstance(state, WorkspaceState):
+        raise TypeError(
+            f"{who} draws a WorkspaceState, got {type(state).__name__}. For a manager, call "
+            f"ws.plot() (or display the manager itself), or pass ws.state, ws.last_layouts, "
+            f"ws.last_spans."
+        )

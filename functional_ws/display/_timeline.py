@@ -13,7 +13,7 @@ from typing import Any
 from .._state import Slot, WorkspaceState
 from ._figure import literal, new_figure
 from ._picture import COLOURS
-from ._text import counted, drawn_slots, exact_bytes, format_bytes
+from ._text import check_state, counted, drawn_slots, exact_bytes, format_bytes
 
 #: Line colours: capacity, high water and the growth marks.
 CAPACITY_COLOUR, HIGH_WATER_COLOUR, GROWTH_COLOUR = "#0072B2", "#000000", "#D55E00"
@@ -54,6 +54,8 @@ def timelines(states: Sequence[WorkspaceState]) -> list[SlotTimeline]:
     """
     if not states:
         return []
+    for state in states:
+        check_state(state, "a timeline")
     result = []
     for index, slot in enumerate(states[0].all_slots()):
         slots = [s.slots[index] for s in states if index < len(s.slots)]

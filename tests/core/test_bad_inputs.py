@@ -2,6 +2,8 @@
 and the input state left exactly as it was."""
 
 import copy
+import io
+import re
 
 import numpy as np
 import pytest
@@ -98,3 +100,45 @@ def test_bad_initial_state(kwargs, fragments):
         fws.initial_state(**kwargs)
     for fragment in fragments:
         assert fragment in str(info.value)
+
+
+class _NotAState:
+    """What a notebook user passes by mistake: a manager, say."""
+
+
+@pytest.mark.parametrize(
+    ("call", "fragment"),
+    [
+        (
+            lambda s: fws.diff(_NotAState(), s),
+            "diff compares two WorkspaceStates; a is a _NotAState",
+        ),
+        (lambda s: fws.diff(s, None), "b is a NoneType. For a manager, pass ws.state"),
+        (lambda s: fws.render(_NotAState()), "render draws a WorkspaceState, got _NotAState"),
+        (lambda s: fws.render_html(s, [1]), "layouts must map a slot to a Layout"),
+        (lambda s: fws.render_html(s, {(0, 0): "x"}), "got a value of type str"),
+        (lambda s: fws.render_html(s, None, {(0, 0): 3}), "spans must map a slot to a Span"),
+        (lambda s: fws.plot(s, {(0, 0): "x"}), "layouts must map a slot to a Layout"),
+        (
+            lambda s: fws.display.timeline_html([s, _NotAState()]),
+            "a timeline draws a WorkspaceState",
+        ),
+    ],
+)
+def test_a_display_given_the_wrong_object_names_what_to_pass(call, fragment):
+    """These raised AttributeError from inside the drawing ("'str' object has no attribute
+    'total'")."""
+    with pytest.raises(TypeError, match=re.escape(fragment)):
+        call(fws.initial_state())
+
+
+def test_a_dtype_whose_name_reads_as_mathtext_plots():
+    """A legend label went to matplotlib's maths-text parser (a ValueError from
+    tight_layout for a structured dtype whose field is named '$^$')."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    odd = np.dtype([("$^$", "f4")])
+    s, layout = fws.acquire(fws.initial_state(), (0, 0), ((4,), odd))
+    fig = fws.plot(s, {(0, 0): layout})
+    fig.savefig(io.BytesIO(), format="png")
