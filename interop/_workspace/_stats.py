@@ -7,7 +7,9 @@ from html import escape
 from typing import Any
 
 from functional_ws import WorkspaceState
+from functional_ws._presenters import bounded_text
 from functional_ws.display import counted, exact_bytes, format_bytes
+from functional_ws.display._text import first_and_last
 
 from ._retired import RetiredBuffer
 
@@ -45,7 +47,7 @@ class SlotStats:
         )
 
     def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
-        printer.text(str(self))
+        printer.text(bounded_text(str(self)))
 
     def _repr_html_(self) -> str:
         return _table([self], total=None)
@@ -84,7 +86,7 @@ class WorkspaceStats:
         )
 
     def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
-        printer.text(str(self))
+        printer.text(bounded_text(str(self)))
 
     def _repr_html_(self) -> str:
         head = (
@@ -95,6 +97,8 @@ class WorkspaceStats:
         return f'<div style="font:12px sans-serif">{head}{_table(self.slots, self)}</div>'
 
 
+#: The slots the HTML table lists: the first and the last half of this many.
+SHOWN_SLOTS = 100
 _COLUMNS = ("slot", "capacity", "high water", "growths", "pinned", "pinned buffers", "allocator")
 
 
@@ -109,12 +113,19 @@ def _table(slots: Any, total: WorkspaceStats | None) -> str:
     def count(n: int) -> str:
         return f'<td style="{pad};text-align:right">{n}</td>'
 
-    rows = [
-        f'<tr><td style="{pad}">{escape(str(s.slot))}</td>{size(s.capacity)}'
-        f"{size(s.high_water)}{count(s.growths)}{size(s.pinned_bytes)}"
-        f'{count(s.pinned_buffers)}<td style="{pad}">{escape(s.allocator)}</td></tr>'
-        for s in slots
-    ]
+    rows = []
+    for i in first_and_last(len(slots), SHOWN_SLOTS):
+        if i is None:  # a line for the slots between
+            left_out = len(slots) - SHOWN_SLOTS
+            rows.append(f'<tr><td colspan="7" style="{pad}"><i>... {left_out} slots not shown'
+                        " (print() lists every one)</i></td></tr>")  # fmt: skip
+            continue
+        s = slots[i]
+        rows.append(
+            f'<tr><td style="{pad}">{escape(str(s.slot))}</td>{size(s.capacity)}'
+            f"{size(s.high_water)}{count(s.growths)}{size(s.pinned_bytes)}"
+            f'{count(s.pinned_buffers)}<td style="{pad}">{escape(s.allocator)}</td></tr>'
+        )
     if total is not None and len(total.slots) > 1:
         rows.append(
             f'<tr><td style="{pad}"><i>all</i></td>{size(total.capacity)}<td></td><td></td>'

@@ -352,3 +352,14 @@ def test_a_historys_html_cuts_an_error_naming_a_huge_key():
     assert len(history[-1].error) > 1_000_000  # the error itself is whole, as the original's
     assert len(history._repr_html_()) < 30_000
     assert "more characters)" in history._repr_html_()
+
+
+def test_stats_of_many_slots_list_the_first_and_last_in_a_notebook():
+    """2,000 ubatches: 780 KB of HTML and 200 KB of plain text in the .ipynb."""
+    from interop._workspace._stats import SHOWN_SLOTS
+
+    stats = WorkspaceManager("cpu", num_ubatches=2000).stats()
+    html = stats._repr_html_()
+    assert html.count("<tr>") == 1 + SHOWN_SLOTS + 1 + 1  # header, slots, the gap, "all"
+    assert f"... {2000 - SHOWN_SLOTS} slots not shown" in html and "(1999, 0)" in html
+    assert len(pretty(stats).splitlines()) < 250 and len(str(stats).splitlines()) == 2001
