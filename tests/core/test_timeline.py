@@ -56,6 +56,11 @@ def test_plot_timeline_has_a_strip_per_slot_in_bytes_not_left_on_pyplot():
     assert [t.get_text() for t in fig.axes[-1].get_xticklabels()] == ["start", "a", "b", "c", "d"]
     growth = [line for line in fig.axes[0].lines if line.get_marker() == "o"]
     assert [list(line.get_xdata()) for line in growth] == [[1.5, 4.5]]
+    # the retained span, in two states: one band two calls wide (a run is drawn once; one
+    # band per call took 30 s to draw for 16,000 calls)
+    (band,) = fig.axes[0].collections
+    xs = band.get_paths()[0].vertices[:, 0]
+    assert (xs.min(), xs.max()) == (2, 4) and len(fig.axes[1].collections) == 0
     with pytest.raises(ValueError, match="at least one state"):
         plot_timeline([])
 
