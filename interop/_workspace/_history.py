@@ -26,9 +26,12 @@ class Record:
     """One call: what was called, in which slot, the state after it, and any error.
 
     ``slot`` is ``None`` where the slot could not be known (the ubatch provider raised).
+    ``declined`` says why a call that raised nothing served nothing: a
+    ``try_get_simultaneous`` that returned ``None`` (locked, and the slot too small).
     ``event`` is the request as a trace holds it (:meth:`History.trace`), ``None`` for a call
     that is no request (a lock, a reservation) or was refused for its arguments. Its
-    ``repr`` leaves the state and the event out (print ``record.state`` for it).
+    ``repr`` leaves the state, the event and ``declined`` out (``str`` shows ``declined``;
+    print ``record.state`` for the state).
     """
 
     call: str
@@ -36,10 +39,11 @@ class Record:
     state: WorkspaceState = dataclasses.field(repr=False)
     error: str | None = None
     event: TraceEvent | None = dataclasses.field(default=None, repr=False)
+    declined: str | None = dataclasses.field(default=None, repr=False)
 
     def __str__(self) -> str:
         first = self.error.partition("\n")[0] if self.error else ""  # notes stay in .error
-        outcome = f" -> {first}" if first else ""
+        outcome = f" -> {first or self.declined}" if first or self.declined else ""
         return f"{self.call} in slot {self.slot}{outcome}"
 
     def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
@@ -179,7 +183,7 @@ class History(list[Record]):
 
     def __repr__(self) -> str:
         slots = sorted({r.slot for r in self[1:] if r.slot is not None})
-        refused = sum(r.error is not None for r in self)
+        refused = sum(r.error is not None or r.declined is not None for r in self)
         where = f" in {', '.join(map(str, slots))}" if slots else ""
         return (
             f"History({counted(max(len(self) - 1, 0), 'call')} after the start{where}, "
@@ -209,7 +213,9 @@ def _outcome_html(history: Sequence[Record], i: int) -> str:
     if record.error is not None:
         error = escape(bounded_text(record.error)).replace("\n", "<br>")
         parts.append(f'<span style="color:#b00">{error}</span>')
-    if changed or record.error is None:
+    elif record.declined is not None:
+        parts.append(f'<span style="color:#b00">{escape(record.declined)}</span>')
+    if changed or (record.error is None and record.declined is None):
         parts.append(escape(bounded_text(str(changed))).replace("\n", "<br>"))
     return "<br>".join(parts)
 

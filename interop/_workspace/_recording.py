@@ -157,19 +157,28 @@ class Recorder:
         inner = bool(stack) and stack[-1] is self
         depth = len(stack)
         error = None
+        result: Any = _NOTHING
         try:  # (appended inside: a Ctrl-C right after the append still takes it off)
             stack.append(self)
-            return method(*args, **kwargs)
+            result = method(*args, **kwargs)
+            return result
         except BaseException as err:  # an interrupt too: the call did not succeed
             error = err
             raise
         finally:
             del stack[depth:]
             if not inner:
-                self._record(manager, name, args, kwargs, error)
+                declined = DECLINED if name == "try_get_simultaneous" and result is None else None
+                self._record(manager, name, args, kwargs, error, declined)
 
     def _record(
-        self, manager: Any, name: str, args: Any, kwargs: Any, error: BaseException | None
+        self,
+        manager: Any,
+        name: str,
+        args: Any,
+        kwargs: Any,
+        error: BaseException | None,
+        declined: str | None = None,
     ) -> None:
         """Append the call to every active history. The bookkeeping runs the caller's code
         (an argument's ``repr``, the ubatch provider, a key's ``__hash__``): whatever it
@@ -188,7 +197,7 @@ class Recorder:
         except Exception:  # a malformed request, refused by the call itself
             event = None
         outcome = None if error is None else _outcome(error)
-        record = Record(call, slot, manager.state, outcome, event)
+        record = Record(call, slot, manager.state, outcome, event, declined)
         with self._lock:
             for history in self.active.values():
                 history.append(record)
@@ -206,6 +215,12 @@ def _outcome(err: BaseException) -> str:
     if isinstance(notes, list):
         outcome += "".join(f"\n{note}" for note in notes if isinstance(note, str))
     return outcome
+
+
+#: A call's result before it returns (no result: it raised).
+_NOTHING = object()
+#: What a ``try_get_simultaneous`` that returned ``None`` records.
+DECLINED = "returned None: locked, and the slot is too small"
 
 
 def recorded(method: _F) -> _F:

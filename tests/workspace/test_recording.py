@@ -266,3 +266,24 @@ def test_a_request_on_a_thread_of_unknown_slot_is_traced_in_the_slot_it_was_serv
     ):
         two.get_simultaneous(((1000,), torch.uint8))
     assert history[1].slot is None and len(history.trace()) == 0  # refused: nothing to size
+
+
+def test_a_try_get_that_returned_none_reads_as_declined_not_as_served():
+    """It showed as a normal call: no outcome, "no differences", not counted refused."""
+    ws = WorkspaceManager("cpu")
+    ws.get_simultaneous(((16,), torch.float32))
+    ws.lock()
+    with ws.recording() as history:
+        assert ws.try_get_simultaneous(((100_000,), torch.float32)) is None
+        assert ws.try_get_simultaneous(((4,), torch.float32)) is not None
+    declined, served = history[1], history[2]
+    assert declined.error is None and declined.declined == (
+        "returned None: locked, and the slot is too small"
+    )
+    assert served.declined is None
+    assert str(declined).endswith("-> returned None: locked, and the slot is too small")
+    assert repr(history) == "History(2 calls after the start in (0, 0), 1 refused)"
+    html = history._repr_html_()
+    assert "returned None: locked, and the slot is too small" in html
+    assert html.count("no differences") == 1  # the served one only
+    assert len(history.trace()) == 2  # both were asked for: sizing counts the declined one
