@@ -33,7 +33,7 @@ from types import FrameType
 import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 
-from functional_ws.display import format_bytes
+from functional_ws.display import exact_bytes
 
 from .. import _private
 from .._diagnostics import logger
@@ -74,6 +74,11 @@ class RetiredBuffer:
         return not self.storage.expired()  # type: ignore[no-untyped-call]
 
 
+#: The warnings :meth:`RetiredBuffers.report` logs one by one; then only at the 8th, 16th,
+#: 32nd... (a loop that keeps its views logged one line per growth, thousands of lines).
+WARN_FIRST = 4
+
+
 class RetiredBuffers:
     """The buffers growth retired that may still be alive (thread-safe, bounded).
 
@@ -94,6 +99,7 @@ class RetiredBuffers:
     def __init__(self) -> None:
         self._records: list[RetiredBuffer] = []
         self._sweep_at = SWEEP_AT_LEAST
+        self._reported = 0  # warnings asked for (see report)
         self._lock = threading.Lock()
         renew_after_fork(self, "_lock")  # a fork while another thread holds it
 
@@ -141,14 +147,25 @@ class RetiredBuffers:
         """
         if record is None or not record.pinned or _inside_compiled_function():
             return
+        with self._lock:
+            self._reported += 1
+            count = self._reported
+        if count > WARN_FIRST and count & (count - 1):  # then at powers of two only
+            return
+        repeats = (
+            f" ({count} growths of this manager have left a buffer pinned so far; the next "
+            f"warning comes at {2 * count})"
+            if count >= WARN_FIRST
+            else ""
+        )
         logger.warning(
-            "Workspace slot %s (ubatch, lane) grew, but its retired buffer of %s (%d bytes) "
-            "is still pinned by live views or by arrays imported from them (e.g. JAX "
-            "through DLPack), so that memory stays allocated beside the new buffer until "
-            "they are released. Do not keep workspace views across calls.",
+            "Workspace slot %s (ubatch, lane) grew, but its retired buffer of %s is still "
+            "pinned by live views or by arrays imported from them (e.g. JAX through "
+            "DLPack), so that memory stays allocated beside the new buffer until they are "
+            "released. Do not keep workspace views across calls.%s",
             record.slot,
-            format_bytes(record.nbytes),
-            record.nbytes,
+            exact_bytes(record.nbytes),
+            repeats,
         )
 
 
