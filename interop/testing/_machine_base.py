@@ -334,6 +334,14 @@ class MachineBase(RuleBasedStateMachine):
 
     def _new_buffer(self, index: int, call: str, storage: torch.UntypedStorage, need: int) -> None:
         track, old, locked = self.tracks[index], self.tracks[index].buffer, self.model.locked
+        if locked and old is None and "locked" in self.properties and storage.nbytes():
+            # Its first buffer: another slot's growth (a policy that grows several) may
+            # have made it unseen, but only if some slot grew while unlocked.
+            assert self.epoch > 0, (
+                f"{call} got its views in a new buffer (the slot's first: {storage.nbytes()} "
+                "bytes) while the workspace is locked, and no slot ever grew: a locked call "
+                "that needs memory must raise AssertionError"
+            )
         if locked and old is not None and "locked" in self.properties:
             # A buffer may change unseen only by another slot's growth (a policy that grows
             # several slots) while unlocked; with no growth seen since, this call grew it.

@@ -54,3 +54,12 @@ def test_a_copy_is_independent_of_the_reference():
         ((1,), torch.uint8), ((1,), torch.uint8)
     )
     assert b.data_ptr() - a.data_ptr() == 256
+
+
+def test_the_readme_counts_the_planted_bugs():
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    (count,) = re.findall(r"The kit's own test finds each of (\d+)\n?bugs planted", readme)
+    assert int(count) == len(_mutants.MUTANTS)

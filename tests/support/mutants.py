@@ -282,6 +282,13 @@ MUTANTS: dict[str, Mutant] = {
                ("if current_size < required_bytes:", "if current_size <= required_bytes:")),
         _mutant("unlock-keeps-lock", "locking", "unlock() does not unlock",
                (_UNLOCK, _UNLOCK.replace("= False", "= True"))),
+        _mutant("lock-allows-first-buffer", "locking",
+               "while locked, a slot that never grew still gets its first buffer",
+               ("            if self._locked:\n                raise AssertionError(\n"
+                "                    f\"Workspace is locked but allocation from",
+                "            if self._locked and current_workspace is not None:\n"
+                "                raise AssertionError(\n"
+                "                    f\"Workspace is locked but allocation from")),
     ]
 }  # fmt: skip
 
