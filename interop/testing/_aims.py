@@ -217,6 +217,8 @@ class Aims:
         """
         served = self.tracks[self.model.index(slot)].served
         start, end = self.span_start(slot), round_down(served)
+        if start < 0:  # the span is larger than what this buffer served (another slot's
+            return []  # growth replaced it): nothing to aim at
         ends: tuple[int, ...]
         if where == AT_START:
             ends, low = (start,), self.smallest - 1

@@ -12,7 +12,8 @@ import contextlib
 import re
 
 import pytest
-from hypothesis import settings
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from support import managers as m
 from support.helpers import import_without_hypothesis
 from support.user_module import pytest_user_module
@@ -338,3 +339,34 @@ def test_a_users_test_module_collects_and_runs_cleanly(tmp_path):
     assert "2 passed" in done.stdout and "warning" not in done.stdout.lower(), done.stdout
     assert "get_simultaneous calls: " in done.stdout, done.stdout
     assert max(len(line) for line in done.stdout.splitlines()) < 120, done.stdout
+
+
+def test_no_aim_at_a_span_another_slots_growth_put_out_of_reach():
+    """growth="ubatches": slot 1's growth gave slot 0 a new buffer that served 256 bytes,
+    smaller than slot 0's last span (1,024). The span's start came out negative and the
+    kit died generating a request of a negative size (Hypothesis' InvalidArgument) on this
+    correct manager."""
+    import torch
+
+    from interop.testing._aims import AT_START, BLOCK_BEFORE, FAR_IN, ONE_BLOCK_IN
+
+    config = MachineConfig(
+        lambda u, lanes: interop.WorkspaceManager("cpu", u, lanes, growth="ubatches"),
+        2, 1, use_ubatch=interop.use_workspace_ubatch,
+    )  # fmt: skip
+
+    @settings(max_examples=1, database=None)
+    @given(st.just(None))
+    def steps(_):  # the machine notes what it does: inside a Hypothesis test
+        machine = WorkspaceAPIMachine(config)
+        machine.new_manager()
+        machine._retain((0, 0), "a", ((1024,), torch.uint8))
+        machine._scratch((1, 0), [((4096,), torch.uint8)])  # grows slot (0, 0) too
+        machine._scratch((0, 0), [((4,), torch.int8)])  # slot (0, 0) seen in its new buffer
+        assert machine.aims.span_start((0, 0)) < 0
+        for where in (AT_START, BLOCK_BEFORE, ONE_BLOCK_IN, FAR_IN):
+            assert machine.aims.totals_near_start((0, 0), where) == []
+            assert (0, 0) not in machine.aims.near_start_slots(where)
+        machine.teardown()
+
+    steps()
