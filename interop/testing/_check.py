@@ -96,7 +96,8 @@ def check_workspace(
     served, and persistent resources that are falsy (``None``, ``0``, ``[]``).
 
     Args:
-        factory: ``factory(num_ubatches, num_lanes)`` returns a fresh manager with
+        factory: ``factory(num_ubatches, num_lanes)`` returns a fresh, unused manager
+            (no buffer yet: not warmed up) with
             ``get_simultaneous``, ``get_retained``, ``get_persistent``,
             ``get_persistent_resource``, ``lock``, ``unlock`` and ``is_locked``. The
             absolute-alignment check also calls it to make fresh managers.

@@ -51,7 +51,10 @@ class MachineConfig:
     """How :class:`interop.testing.WorkspaceAPIMachine` makes and drives a manager, validated.
 
     Attributes:
-        factory: ``factory(num_ubatches, num_lanes)`` returns a fresh manager.
+        factory: ``factory(num_ubatches, num_lanes)`` returns a fresh manager that holds
+            no buffer yet (as vLLM's constructor makes it; not warmed up: a buffer made
+            before the machine's first call is one it cannot see, and the ``locked`` family
+            takes a first buffer met while locked for growth).
         num_ubatches: ubatch slots to use (each needs ``use_ubatch`` when more than one).
         num_lanes: lanes to use (each needs ``use_lane`` when more than one).
         use_lane: ``use_lane(i)`` returns a context manager selecting lane ``i``.

@@ -340,7 +340,9 @@ class MachineBase(RuleBasedStateMachine):
             assert self.epoch > 0, (
                 f"{call} got its views in a new buffer (the slot's first: {storage.nbytes()} "
                 "bytes) while the workspace is locked, and no slot ever grew: a locked call "
-                "that needs memory must raise AssertionError"
+                "that needs memory must raise AssertionError (the factory must return a "
+                "manager that holds no buffer yet, as vLLM's constructor makes it: the kit "
+                "cannot see buffers made before its first call)"
             )
         if locked and old is not None and "locked" in self.properties:
             # A buffer may change unseen only by another slot's growth (a policy that grows

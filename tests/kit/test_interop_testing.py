@@ -12,6 +12,7 @@ import contextlib
 import re
 
 import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from support import managers as m
@@ -370,3 +371,17 @@ def test_no_aim_at_a_span_another_slots_growth_put_out_of_reach():
         machine.teardown()
 
     steps()
+
+
+def test_a_warmed_up_factory_is_told_why_the_lock_check_fails():
+    """A factory that warms its manager up breaks the kit's contract (an unused manager):
+    the first buffer met while locked looks like growth. The message says so."""
+
+    def warmed(num_ubatches, num_lanes):
+        ws = interop.WorkspaceManager("cpu", num_ubatches, num_lanes)
+        ws.get_simultaneous(((65536,), torch.uint8))
+        return ws
+
+    with pytest.raises(AssertionError, match="the factory must return a manager that holds "
+                       "no buffer yet"):  # fmt: skip
+        check_workspace(warmed, properties=["locked"], settings=ONE_BUG)
