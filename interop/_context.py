@@ -122,10 +122,11 @@ class _Selection:
             raise RuntimeError("this workspace slot selection is already active")
         ubatch, lane = SLOT.get()
         self._previous = lane if self._part else ubatch
-        self._guard = _Guard(self, self._part, self._value, self._previous)
+        selected = (ubatch, self._value) if self._part else (self._value, lane)
+        self._guard = _Guard(self, self._part, selected, self._previous)
         self._active = True
         try:
-            SLOT.set((ubatch, self._value) if self._part else (self._value, lane))
+            SLOT.set(selected)
         except BaseException:  # a Ctrl-C as the set returns: the block is never entered,
             self._restore()  # so no __exit__ would put the slot back
             self._active = False
@@ -168,22 +169,30 @@ class _Selection:
 
 
 class _Guard(weakref.ref):  # type: ignore[type-arg]
-    """What a :class:`_Selection` whose block ended without ``__exit__`` puts back."""
+    """What a :class:`_Selection` whose block ended without ``__exit__`` puts back: the
+    slot the block set (that very tuple: a later block, or another context, sets its own)
+    and the part it found."""
 
-    __slots__ = ("part", "previous", "thread", "value")
+    __slots__ = ("part", "previous", "selected", "thread")
 
-    def __new__(cls, selection: _Selection, part: int, value: int, previous: int | None) -> Any:
+    def __new__(
+        cls, selection: _Selection, part: int, selected: tuple[Any, int], previous: int | None
+    ) -> Any:
         return super().__new__(cls, selection, _ended_without_exit)
 
-    def __init__(self, selection: _Selection, part: int, value: int, previous: int | None) -> None:
-        self.part, self.value, self.previous = part, value, previous
+    def __init__(
+        self, selection: _Selection, part: int, selected: tuple[Any, int], previous: int | None
+    ) -> None:
+        self.part, self.selected, self.previous = part, selected, previous
         self.thread = threading.get_ident()
 
 
 def _ended_without_exit(guard: _Guard) -> None:
-    """``guard``'s selection died still active: its block is over, put the slot back."""
-    ubatch, lane = SLOT.get()
-    if guard.thread == threading.get_ident() and (ubatch, lane)[guard.part] == guard.value:
+    """``guard``'s selection died still active: its block is over, put the slot back where
+    the slot is still what the block set (in the thread that entered it)."""
+    current = SLOT.get()
+    if current is guard.selected and guard.thread == threading.get_ident():
+        ubatch, lane = current
         SLOT.set((guard.previous, lane) if guard.part == 0 else (ubatch, guard.previous))  # type: ignore[arg-type]
 
 

@@ -141,3 +141,52 @@ def test_a_ctrl_c_as_exit_is_called_still_puts_the_slot_back_when_the_block_is_g
     with use_workspace_ubatch(1), interop.use_workspace_lane(1):  # and blocks work as ever
         assert current_slot() == (1, 1)
     assert _context.SLOT.get() == (None, 0)
+
+
+def test_a_held_selection_that_dies_later_puts_back_only_the_slot_its_block_set():
+    """Held in a variable, an interrupted selection dies later: inside a later block of the
+    same value (or in another context) the slot is that block's, not its to put back."""
+    import contextvars
+    import sys
+
+    from interop import _context
+
+    code = _context._Selection.__exit__.__code__
+
+    def interrupted(selection):
+        fired = []
+
+        def interrupt(frame, event, arg):
+            if not fired and event == "call" and frame.f_code is code:
+                fired.append(1)
+                raise KeyboardInterrupt
+
+        try:
+            with selection:
+                sys.setprofile(interrupt)
+        except KeyboardInterrupt:
+            pass
+        finally:
+            sys.setprofile(None)
+        assert fired
+
+    held = interop.use_workspace_ubatch(1)
+    interrupted(held)
+    assert _context.SLOT.get() == (1, 0)  # held: its block's end is not known yet
+    _context.SLOT.set((None, 0))
+    with use_workspace_ubatch(1):
+        del held  # dies inside a later block that set ubatch 1 itself
+        assert current_slot() == (1, 0)
+    assert _context.SLOT.get() == (None, 0)
+
+    kept = []
+
+    def in_another_context():
+        kept.append(interop.use_workspace_ubatch(2))
+        interrupted(kept[-1])
+
+    contextvars.copy_context().run(in_another_context)
+    with use_workspace_ubatch(2):
+        kept.clear()  # dies here, in this context, in a block of the same value
+        assert current_slot() == (2, 0)
+    assert _context.SLOT.get() == (None, 0)
