@@ -108,7 +108,7 @@ SHOWN_KEYS = 20
 
 
 def _held_bytes(p: SlotPicture) -> bool:
-    return p.capacity > 0
+    return p.capacity > 0 or p.high_water > 0  # (one that lost its buffer held some)
 
 
 def _row(p: SlotPicture, width: float) -> str:

@@ -169,7 +169,7 @@ def slot_pictures(
         if not isinstance(given, Mapping) or not all(isinstance(v, wanted) for v in given.values()):
             raise TypeError(
                 f"{name} must map a slot to a {wanted.__name__} (a manager keeps them as "
-                f"ws.last_{name}), got {_described(given)}."
+                f"ws.last_{name}), got {_described(given, wanted)}."
             )
     pictures = []
     for slot, s in zip(state.all_slots(), state.slots, strict=True):
@@ -201,11 +201,12 @@ def slot_pictures(
     return pictures
 
 
-def _described(given: object) -> str:
-    if isinstance(given, Mapping):
-        odd = next(v for v in given.values() if not isinstance(v, (Layout, Span)))
-        return f"a value of type {type(odd).__name__}"
-    return f"a value of type {type(given).__name__}"
+def _described(given: object, wanted: type) -> str:
+    if not isinstance(given, Mapping):
+        return f"a value of type {type(given).__name__}"
+    odd = next(v for v in given.values() if not isinstance(v, wanted))
+    swapped = " (layouts and spans swapped?)" if isinstance(odd, (Layout, Span)) else ""
+    return f"a value of type {type(odd).__name__}{swapped}"
 
 
 def _view_segments(layout: Layout, alignment: int) -> list[Segment]:

@@ -102,6 +102,13 @@ def test_bad_initial_state(kwargs, fragments):
         assert fragment in str(info.value)
 
 
+def _maps(state):
+    """A layout and a span of slot (0, 0), each in a dict as a manager keeps them."""
+    state, layout = fws.acquire(state, (0, 0), ((4,), np.dtype("float32")))
+    state, span, _ = fws.retain(state, (0, 0), "k", ((4,), np.dtype("float32")))
+    return {(0, 0): layout}, {(0, 0): span}
+
+
 class _NotAState:
     """What a notebook user passes by mistake: a manager, say."""
 
@@ -119,6 +126,12 @@ class _NotAState:
         (lambda s: fws.render_html(s, {(0, 0): "x"}), "got a value of type str"),
         (lambda s: fws.render_html(s, None, {(0, 0): 3}), "spans must map a slot to a Span"),
         (lambda s: fws.plot(s, {(0, 0): "x"}), "layouts must map a slot to a Layout"),
+        (
+            lambda s: fws.render_html(s, _maps(s)[1], _maps(s)[0]),
+            "layouts must map a slot to a Layout (a manager keeps them as ws.last_layouts), got "
+            "a value of type Span (layouts and spans swapped?)",
+        ),
+        (lambda s: fws.plot(s, None, _maps(s)[0]), "spans must map a slot to a Span"),
         (
             lambda s: fws.display.timeline_html([s, _NotAState()]),
             "a timeline draws a WorkspaceState",

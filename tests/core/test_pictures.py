@@ -361,3 +361,10 @@ def test_a_slot_that_lost_its_buffer_is_not_captioned_as_never_having_had_one():
     html = fws.render_html(emptied)
     assert "no buffer now, high water 4.00 KiB" in html and "no buffer yet" not in html
     assert "no buffer yet" in fws.render_html(fws.initial_state())
+    many = fws.initial_state(num_ubatches=20)  # among slots left out of the picture, it
+    many, _ = fws.acquire(many, (19, 0), ((4096,), U8))  # counts as one that held bytes
+    grown, _ = fws.acquire(many, (19, 0), ((8192,), U8))
+    lost = fws.after_failed_growth(many, grown, {(19, 0): 0})
+    html = fws.render_html(lost)
+    assert 'data-slot="(19, 0)"' in html and "never held bytes)" in html
+    assert "4 more slots not drawn (all of them never held bytes)" in html
