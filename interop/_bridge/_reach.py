@@ -15,8 +15,9 @@ gradient (``argmax``, a comparison: torch's graph does not reach through them ei
 Calls of a jaxpr (a jitted function inside, ``jax.checkpoint``) are read inside; any other
 equation with a sub-jaxpr (``cond``, ``scan``, ``while``, ``custom_jvp``, ``custom_vjp``,
 callbacks) is taken whole: every inexact operand reaches every result. A function that
-cannot be traced abstractly (Python control flow on values) reaches every input: it keeps
-JAX's zeros.
+cannot be traced abstractly (Python control flow on values), or one with effects (a value
+written to a ``jax.new_ref`` flows to its reads through the ref, which no equation's
+variables show; callbacks, prints), reaches every input: it keeps JAX's zeros.
 """
 
 from __future__ import annotations
@@ -57,11 +58,14 @@ def reached(
     """
     everything = (True,) * len(specs)
     try:
-        jaxpr = jax.make_jaxpr(fn)(*specs).jaxpr
+        closed = jax.make_jaxpr(fn)(*specs)
     except Exception:  # value-dependent Python, say: not known, so every input
         return everything
+    jaxpr = closed.jaxpr
     if len(jaxpr.outvars) != len(given) or len(jaxpr.invars) != len(specs):
         return everything
+    if closed.effects or _has_effects(jaxpr):  # a value written to a ref (jax.new_ref) is
+        return everything  # read back through it, not through the equations' variables
     return tuple(_flows(jaxpr, given))
 
 
@@ -82,6 +86,19 @@ def _flows(jaxpr: Any, live_outputs: Sequence[bool]) -> list[bool]:
             operands = [v for v, on in zip(eqn.invars, inner, strict=True) if on]
         live.update(v for v in operands if _carries(v))
     return [_carries(v) and v in live for v in jaxpr.invars]
+
+
+def _has_effects(jaxpr: Any) -> bool:
+    """Whether an equation of ``jaxpr``, or of a jaxpr inside one, has an effect."""
+    for eqn in jaxpr.eqns:
+        if eqn.effects:
+            return True
+        for value in eqn.params.values():
+            for sub in value if isinstance(value, (tuple, list)) else (value,):
+                inner = getattr(sub, "jaxpr", sub)
+                if hasattr(inner, "eqns") and _has_effects(inner):
+                    return True
+    return False
 
 
 def _called(eqn: Any) -> Any:
