@@ -250,6 +250,10 @@ class Entry:
 
 
 _entries: dict[str, Entry] = {}
+#: Bumped whenever what the op's graphs compute changes (torch caches compiled graphs on
+#: disk, keyed by the graph, which names the op's key, not by this library's code):
+#: 2 = a result the loss ignores gets no cotangent, an input no gradient reaches ``None``.
+OP_SEMANTICS = 2
 #: Marks a backward's key: ``<forward key>'<differentiated mask>.<given mask>``.
 BACKWARD = "'"
 
@@ -262,8 +266,10 @@ def _op_key(caller_key: str, structure: Any) -> str:
     """The key of a wrapper's function called with arguments ``structure`` describes:
     derived from both and from JAX's settings that decide result dtypes, so the same in
     every process that would compute the same (a graph cached with x64 off must not serve
-    a process with it on: it would read float64 results as float32)."""
-    key = f"{caller_key}/{_digest((structure, _dtype_settings()))}"
+    a process with it on: it would read float64 results as float32), and from
+    :data:`OP_SEMANTICS` (a graph cached by a version whose op meant otherwise is not
+    served)."""
+    key = f"{caller_key}/{_digest((structure, _dtype_settings(), OP_SEMANTICS))}"
     with _lock:
         if key not in _entries:  # a compiled graph may call it later: keep the wrapper
             caller = _caller(caller_key)
@@ -557,6 +563,9 @@ def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
     ctx.key, ctx.ints, ctx.floats = key, list(ints), list(floats)
     ctx.diff = tuple(is_differentiated(t) for t in tensors)
     ctx.inexact = tuple(o.is_floating_point() or o.is_complex() for o in output)
+    # A result the loss ignores gets no cotangent (None, not zeros), so that an input read
+    # only for it gets None too, as in the eager backward (_reaching).
+    ctx.set_materialize_grads(False)
     ctx.save_for_backward(*tensors)
 
 
@@ -588,8 +597,8 @@ def _reaching(
     Read from the function's jaxpr when the backward is traced (the graph is specialised
     on the shapes already); a cached graph keeps the answer in its key."""
     entry = _entry(ctx.key)
-    if not entry.jitted or not any(ctx.diff):  # unjitted: JAX's zeros (``Plan.reaching``)
-        return tuple(ctx.diff)
+    if not entry.jitted or _vjp.jit_disabled() or not any(ctx.diff):
+        return tuple(ctx.diff)  # unjitted (or jit disabled): JAX's zeros (Plan.reaching)
     ints, floats = [int(i) for i in ctx.ints], [float(f) for f in ctx.floats]
     specs = [
         jax.ShapeDtypeStruct(tuple(int(d) for d in t.shape), _jax_dtype(t.dtype))  # type: ignore[no-untyped-call]

@@ -69,7 +69,7 @@ def static_key(statics: Sequence[Any]) -> tuple[Any, ...]:
     )
 
 
-def _jit_disabled() -> bool:
+def jit_disabled() -> bool:
     """Whether ``jax.disable_jit()`` is in effect: a jitted function then runs as Python,
     on every call."""
     return bool(getattr(jax.config, "jax_disable_jit", False))
@@ -321,7 +321,7 @@ class Plan:
         first. Read from ``fn``'s jaxpr once per shape, for a jitted ``fn`` only: an
         unjitted one runs its Python on every call, and may read what changes between
         calls (it keeps JAX's zeros)."""
-        if not self.jitted or _jit_disabled():
+        if not self.jitted or jit_disabled():
             return needed
         key = (inputs, given)
         found = self._reached.get(key)
@@ -402,7 +402,7 @@ class Plan:
                 where.append((KEPT, len(kept)))
                 kept.append(leaf)
         info = ResidualInfo(treedef, tuple(where), box[0], avals_of(inputs))
-        if self.jitted and not _jit_disabled():  # traced once per signature:
+        if self.jitted and not jit_disabled():  # traced once per signature:
             self._infos.append(info)  # the info lives as long as this plan (see _InfoRef)
         return outs, Residuals(kept, info)
 
@@ -422,7 +422,7 @@ class Plan:
                 grads = gradients(vjp(cotangents(info.outputs.avals, kinds, given)))
                 return [g if n else None for g, n in zip(grads, needed, strict=True)]
 
-            if self.jitted and not _jit_disabled():  # (else a new info each
+            if self.jitted and not jit_disabled():  # (else a new info each
                 backward = jax.jit(backward)  # call: eager plans trace anew each call)
                 self._backwards[key] = backward
         return backward
