@@ -140,10 +140,14 @@ def test_torch_func_gives_zeros_as_it_does_for_torch() -> None:
 
 
 @pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
-def test_compiled_gives_none_as_eager_does(backend: str) -> None:
-    f_jax, f_torch = CASES["stop_gradient"]
+@pytest.mark.parametrize("case", CASES)
+def test_compiled_gives_none_as_eager_does(backend: str, case: str) -> None:
+    """A result the loss ignores got a zero cotangent from the custom op's autograd (torch
+    materialises them by default), so compiled gave zeros where eager gives None."""
+    f_jax, f_torch = CASES[case]
+    torch._dynamo.reset()  # one lambda's code for every case: past Dynamo's recompile limit
     for f in (interop.jax_call(jax.jit(f_jax)), f_torch):
-        compiled = torch.compile(lambda a, b, f=f: f(a, b).sum(), backend=backend, fullgraph=True)
+        compiled = torch.compile(lambda a, b, f=f: _loss(f(a, b)), backend=backend, fullgraph=True)
         x, w = _inputs()
         compiled(x, w).backward()
         assert w.grad is None and x.grad is not None
@@ -242,6 +246,25 @@ def _custom_jvp(primals: Any, tangents: Any) -> Any:
     return primals[0], tangents[0] + tangents[1]
 
 
+def _through_a_ref(a: Any, b: Any) -> Any:
+    """b reaches the result through a ref, which no equation's variables show: the
+    analysis said b was unused, and the bridge gave None for a gradient of 2a."""
+    ref = jax.new_ref(jnp.zeros_like(a))
+    ref[...] = b * 2
+    return a * ref[...]
+
+
+def _through_a_ref_in_a_loop(a: Any, b: Any) -> Any:
+    ref = jax.new_ref(jnp.zeros_like(a))
+
+    def body(i: Any, carry: Any) -> Any:
+        ref[...] += b
+        return carry
+
+    jax.lax.fori_loop(0, 2, body, 0.0)
+    return a + ref[...]
+
+
 #: (function of a, b, whether a gradient reaches each).
 ZOO: dict[str, tuple[Callable[..., Any], tuple[bool, bool]]] = {
     "both": (lambda a, b: a * b, (True, True)),
@@ -261,6 +284,8 @@ ZOO: dict[str, tuple[Callable[..., Any], tuple[bool, bool]]] = {
     ),
     "custom_jvp whose rule reads b": (_custom, (True, True)),
     "integer result only": (lambda a, b: [jnp.argmax(a + b)], (False, False)),
+    "b through a ref": (_through_a_ref, (True, True)),
+    "b through a ref in a loop": (_through_a_ref_in_a_loop, (True, True)),
 }
 
 
@@ -283,6 +308,26 @@ def test_reached_is_false_only_where_jax_gives_exact_zeros(name: str) -> None:
     for flag, g in zip(found, grads, strict=True):
         if not flag:
             assert not np.any(np.asarray(g)), (name, g)
+
+
+def test_a_gradient_through_a_ref_reaches_torch() -> None:
+    x, w = _inputs()
+    interop.jax_call(jax.jit(_through_a_ref))(x, w).sum().backward()
+    torch.testing.assert_close(w.grad, 2 * x.detach())
+
+
+def test_under_disable_jit_the_compiled_path_keeps_jax_zeros_as_eager_does() -> None:
+    """A jitted function runs as Python under jax.disable_jit(): both paths keep JAX's
+    zeros then (Plan.reaching and the custom op's _reaching alike)."""
+    f_jax, _ = CASES["stop_gradient"]
+    call = interop.jax_call(jax.jit(f_jax))
+    found = []
+    with jax.disable_jit():
+        for run in (call, torch.compile(call, backend="aot_eager", fullgraph=True)):
+            x, w = _inputs()
+            run(x, w).sum().backward()
+            found.append(w.grad)
+    assert all(g is not None and not g.any() for g in found)
 
 
 def test_a_function_that_cannot_be_traced_abstractly_reaches_everything() -> None:
