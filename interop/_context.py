@@ -102,10 +102,12 @@ class _Selection:
     any block served from the block's slot: 219 of 9,654 real interrupts in a tight loop).
     The block's ``with`` statement holds this object until ``__exit__`` returns, so when
     it dies still active, its block is over: a weak reference to it, made on entry and
-    dropped by ``__exit__``, puts the slot back then (:func:`_ended_without_exit`: in the
-    thread that entered, where the slot still holds this selection's value). A weak
-    reference's callback runs only then; a ``__del__`` would run Python at every block's
-    end, where a Ctrl-C is swallowed ("Exception ignored": 479 of 9,262).
+    dropped by ``__exit__``, puts its part back then (:func:`_ended_without_exit`), where
+    the block still owns that part: :data:`_OWNERS` names, per part, the guard of the block
+    that set it last in this context (a later block, or another context, owns its own;
+    an outer block of the other part leaves it alone). A weak reference's callback runs
+    only then; a ``__del__`` would run Python at every block's end, where a Ctrl-C is
+    swallowed ("Exception ignored": 479 of 9,262).
     """
 
     __slots__ = ("__weakref__", "_active", "_guard", "_part", "_previous", "_value")
@@ -121,13 +123,15 @@ class _Selection:
         if self._active:
             raise RuntimeError("this workspace slot selection is already active")
         ubatch, lane = SLOT.get()
-        self._previous = lane if self._part else ubatch
-        selected = (ubatch, self._value) if self._part else (self._value, lane)
-        self._guard = _Guard(self, self._part, selected, self._previous)
+        owners = _OWNERS.get()
+        part = self._part
+        self._previous = lane if part else ubatch
+        guard = self._guard = _Guard(self, part, self._previous, owners[part])
         self._active = True
         try:
-            SLOT.set(selected)
-        except BaseException:  # a Ctrl-C as the set returns: the block is never entered,
+            _OWNERS.set((owners[0], guard) if part else (guard, owners[1]))
+            SLOT.set((ubatch, self._value) if part else (self._value, lane))
+        except BaseException:  # a Ctrl-C as a set returns: the block is never entered,
             self._restore()  # so no __exit__ would put the slot back
             self._active = False
             self._guard = None
@@ -155,6 +159,8 @@ class _Selection:
             SLOT.set((self._previous, lane))
         else:
             SLOT.set((ubatch, self._previous))  # type: ignore[arg-type]
+        if self._guard is not None:
+            _disown(self._guard)
 
     def __call__(self, function: _F) -> _F:
         """As a decorator (the original's ``@contextmanager`` is one): ``function`` runs
@@ -169,31 +175,45 @@ class _Selection:
 
 
 class _Guard(weakref.ref):  # type: ignore[type-arg]
-    """What a :class:`_Selection` whose block ended without ``__exit__`` puts back: the
-    slot the block set (that very tuple: a later block, or another context, sets its own)
-    and the part it found."""
+    """What a :class:`_Selection` whose block ended without ``__exit__`` puts back: its
+    part as the block found it, and the owner of that part before it."""
 
-    __slots__ = ("part", "previous", "selected", "thread")
+    __slots__ = ("owner_before", "part", "previous", "thread")
 
     def __new__(
-        cls, selection: _Selection, part: int, selected: tuple[Any, int], previous: int | None
+        cls, selection: _Selection, part: int, previous: int | None, owner_before: Any
     ) -> Any:
         return super().__new__(cls, selection, _ended_without_exit)
 
     def __init__(
-        self, selection: _Selection, part: int, selected: tuple[Any, int], previous: int | None
+        self, selection: _Selection, part: int, previous: int | None, owner_before: Any
     ) -> None:
-        self.part, self.selected, self.previous = part, selected, previous
+        self.part, self.previous, self.owner_before = part, previous, owner_before
         self.thread = threading.get_ident()
 
 
+#: Per part (ubatch, lane), the :class:`_Guard` of the selection block that set it last
+#: in this context, or ``None`` (see :class:`_Selection`).
+_OWNERS: ContextVar[tuple[_Guard | None, _Guard | None]] = ContextVar(
+    "functional_ws_slot_owners", default=(None, None)
+)
+
+
+def _disown(guard: _Guard) -> None:
+    """Give ``guard``'s part back to the owner before it (where it still owns it)."""
+    owners = _OWNERS.get()
+    if owners[guard.part] is guard:
+        before = guard.owner_before
+        _OWNERS.set((before, owners[1]) if guard.part == 0 else (owners[0], before))
+
+
 def _ended_without_exit(guard: _Guard) -> None:
-    """``guard``'s selection died still active: its block is over, put the slot back where
-    the slot is still what the block set (in the thread that entered it)."""
-    current = SLOT.get()
-    if current is guard.selected and guard.thread == threading.get_ident():
-        ubatch, lane = current
+    """``guard``'s selection died still active: its block is over. Put its part back where
+    the block still owns it (in the thread that entered it)."""
+    if _OWNERS.get()[guard.part] is guard and guard.thread == threading.get_ident():
+        ubatch, lane = SLOT.get()
         SLOT.set((guard.previous, lane) if guard.part == 0 else (ubatch, guard.previous))  # type: ignore[arg-type]
+        _disown(guard)
 
 
 class _LaneVariable:
@@ -210,12 +230,14 @@ class _LaneVariable:
         checked = _check_index("lane", lane)
         ubatch, previous = SLOT.get()
         SLOT.set((ubatch, checked))
+        _OWNERS.set((_OWNERS.get()[0], None))  # the lane is this call's now, no block's
         return _LaneToken(previous)
 
     def reset(self, token: _LaneToken) -> None:
         """The lane before :meth:`set` again (the ubatch as it is now: the two are one
         variable here, two in vLLM)."""
         SLOT.set((SLOT.get()[0], token.previous))
+        _OWNERS.set((_OWNERS.get()[0], None))
 
     def __repr__(self) -> str:
         return f"<the workspace lane of this context: {self.get()!r}>"

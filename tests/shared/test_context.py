@@ -190,3 +190,45 @@ def test_a_held_selection_that_dies_later_puts_back_only_the_slot_its_block_set(
         kept.clear()  # dies here, in this context, in a block of the same value
         assert current_slot() == (2, 0)
     assert _context.SLOT.get() == (None, 0)
+
+
+def _lane_in_ubatch(body):
+    with use_workspace_ubatch(1), interop.use_workspace_lane(2):
+        body()
+
+
+def _ubatch_in_lane(body):
+    with interop.use_workspace_lane(2), use_workspace_ubatch(1):
+        body()
+
+
+def _decorated_lane_in_ubatch(body):
+    with use_workspace_ubatch(1):
+        interop.use_workspace_lane(3)(body)()
+
+
+@pytest.mark.parametrize("blocks", [_lane_in_ubatch, _ubatch_in_lane, _decorated_lane_in_ubatch])
+def test_an_interrupted_inner_block_is_put_back_after_its_outer_block_of_the_other_part(blocks):
+    """The traceback keeps the inner __exit__'s frame (and the selection) alive while the
+    outer block exits normally and writes a new slot tuple: the inner part stayed set when
+    the put-back asked for the very tuple the inner block set (review)."""
+    import sys
+
+    from interop import _context
+
+    code = _context._Selection.__exit__.__code__
+    fired = []
+
+    def interrupt(frame, event, arg):
+        if not fired and event == "call" and frame.f_code is code:
+            fired.append(1)
+            sys.setprofile(None)
+            raise KeyboardInterrupt
+
+    try:
+        blocks(lambda: sys.setprofile(interrupt))
+    except KeyboardInterrupt:
+        pass
+    finally:
+        sys.setprofile(None)
+    assert fired and _context.SLOT.get() == (None, 0)
