@@ -490,18 +490,21 @@ class Plan:
             return [None] * len(needed)
         positions = [i for i, n in enumerate(needed) if n]
 
+        # Only the results torch gave a cotangent for are differentiated: a zero cotangent
+        # multiplied in would tie this function's gradients to inputs they do not depend on,
+        # and a gradient of it (create_graph, torch.func) would give zeros for an input
+        # torch leaves at None (Plan.reaching reads this function's jaxpr too).
+        kept = [i for i, ct in enumerate(torch_cts) if ct is not None]
+
         def of_needed(*values: Any) -> list[Any]:
             full = list(diff)
             for position, value in zip(positions, values, strict=True):
                 full[position] = value
-            return primal(*full)
+            results = primal(*full)
+            return [results[i] for i in kept]
 
         _, vjp = jax.vjp(of_needed, *(diff[p] for p in positions))
-        outputs = box[0]
-        kinds = tuple(
-            GIVEN if ct is not None else ZERO if jnp.issubdtype(dtype, jnp.inexact) else FLOAT0
-            for ct, (_, dtype) in zip(torch_cts, outputs.avals, strict=True)
-        )
-        given = [ct for ct in torch_cts if ct is not None]
-        found = iter(gradients(vjp(cotangents(outputs.avals, kinds, given))))
+        avals = [box[0].avals[i] for i in kept]
+        given = [torch_cts[i] for i in kept]
+        found = iter(gradients(vjp(cotangents(avals, (GIVEN,) * len(kept), given))))
         return [next(found) if n else None for n in needed]

@@ -102,6 +102,22 @@ def test_create_graph_and_batched_grads_give_none_too() -> None:
         torch.testing.assert_close(found[0][0], found[1][0])
 
 
+def test_a_second_order_gradient_gives_none_where_torch_does() -> None:
+    """The first-order gradient of x through the second result does not depend on x; its
+    own gradient was zeros: the differentiable backward multiplied the first result's
+    zero cotangent into a term of x (review)."""
+    f_jax = jax.jit(lambda x, w: (jnp.sin(x) * w[0] ** 2, w**3 * x))
+    f_torch = lambda x, w: (torch.sin(x) * w[0] ** 2, w**3 * x)  # noqa: E731
+    found = []
+    for f in (interop.jax_call(f_jax), f_torch):
+        x, w = _inputs()
+        (gx,) = torch.autograd.grad(f(x, w)[1].sum(), x, create_graph=True)
+        (gx**2).sum().backward()
+        found.append((x.grad, w.grad))
+    assert found[0][0] is None and found[1][0] is None
+    torch.testing.assert_close(found[0][1], found[1][1])
+
+
 def test_adamw_skips_it_as_in_torch() -> None:
     """AdamW decays every parameter that has a gradient: with JAX's zeros the unused one
     shrank each step, where torch leaves it alone."""
