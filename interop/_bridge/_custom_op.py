@@ -437,6 +437,15 @@ def _call_arguments(
     return rebuild(entry.structure, arrays, ints, floats)
 
 
+def _array_results(
+    entry: Entry, arrays: Sequence[Any], ints: Sequence[Any], floats: Sequence[Any]
+) -> list[Any]:
+    """``entry.fn`` on these values (a JAX function of them): its array results, in order."""
+    args, kwargs = _call_arguments(entry, iter(arrays), iter(ints), iter(floats))
+    _, leaves = _describe_result(entry.fn(*args, **kwargs))
+    return [jnp.asarray(leaf) for leaf in leaves]
+
+
 def _as_call(args_structure: Any) -> Any:
     """The description of a call ``(args, {})`` whose positional arguments ``args``
     describes (a ``("tuple", ...)``)."""
@@ -606,9 +615,7 @@ def _reaching(
     ]
 
     def fn(*arrays: Any) -> list[Any]:
-        args, kwargs = _call_arguments(entry, iter(arrays), iter(ints), iter(floats))
-        _, leaves = _describe_result(entry.fn(*args, **kwargs))
-        return [jnp.asarray(leaf) for leaf in leaves]
+        return _array_results(entry, arrays, ints, floats)
 
     found = reached(fn, specs, given)
     return tuple(d and r for d, r in zip(ctx.diff, found, strict=True))
@@ -667,12 +674,10 @@ def _vjp_function(
             arrays = list(inputs)
             for position, value in zip(positions, values, strict=True):
                 arrays[position] = value
-            args, kwargs = _call_arguments(entry, iter(arrays), iter(ints), iter(floats))
-            _, leaves = _describe_result(entry.fn(*args, **kwargs))
-            return [jnp.asarray(leaf) for leaf in leaves]
+            return _array_results(entry, arrays, ints, floats)
 
         outs, pullback = jax.vjp(primal, *(inputs[p] for p in positions))
-        avals = tuple((tuple(o.shape), o.dtype) for o in outs)
+        avals = _vjp.avals_of(outs)
         kinds = tuple(
             _vjp.GIVEN if g else _vjp.ZERO if jnp.issubdtype(o.dtype, jnp.inexact) else _vjp.FLOAT0
             for g, o in zip(given, outs, strict=True)

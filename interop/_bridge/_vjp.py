@@ -354,7 +354,7 @@ class Plan:
             is_array = tuple(isinstance(leaf, ARRAY_TYPES) for leaf in leaves)
             found = [_as_array(leaf) for leaf, a in zip(leaves, is_array, strict=True) if a]
             statics = tuple(leaf for leaf, a in zip(leaves, is_array, strict=True) if not a)
-            avals = tuple((tuple(x.shape), x.dtype) for x in found)
+            avals = avals_of(found)
             box.append(Outputs(treedef, is_array, statics, avals))
             return found
 
