@@ -13,7 +13,15 @@ from html import escape
 
 from .._layout import Layout, Span
 from .._state import Slot, WorkspaceState
-from ._picture import Placement, Segment, SlotPicture, colour_keys, place, slot_pictures
+from ._picture import (
+    Placement,
+    Segment,
+    SlotPicture,
+    colour_keys,
+    held_bytes,
+    place,
+    slot_pictures,
+)
 from ._text import check_state, counted, describe_state, drawn_slots, exact_bytes, format_bytes
 
 #: The widest slot's bar, in CSS pixels; the others are to scale.
@@ -88,7 +96,7 @@ def render_html(
         True
     """
     check_state(state, "render_html")
-    pictures, left_out = drawn_slots(slot_pictures(state, layouts, spans), _held_bytes)
+    pictures, left_out = drawn_slots(slot_pictures(state, layouts, spans), held_bytes)
     widest = max([p.capacity for p in pictures] + [1])
     words = ", ".join([describe_state(state), *details])
     header = f'<div class="fws-head"><b>{escape(title)}</b>: {escape(words)}</div>'
@@ -105,10 +113,6 @@ def render_html(
 
 #: The persistent keys a slot's row names (then how many more).
 SHOWN_KEYS = 20
-
-
-def _held_bytes(p: SlotPicture) -> bool:
-    return p.capacity > 0 or p.high_water > 0  # (one that lost its buffer held some)
 
 
 def _row(p: SlotPicture, width: float) -> str:

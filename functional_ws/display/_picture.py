@@ -141,6 +141,13 @@ class SlotPicture:
         return tuple(s for s in self.segments if s.kind == "view")
 
 
+def held_bytes(picture: SlotPicture) -> bool:
+    """Whether the slot held bytes: a buffer now, or a high-water mark (a slot whose growth
+    failed lost its buffer, not its history). Displays that draw only some slots draw these
+    first (:func:`._text.drawn_slots`) and count the others as never having held bytes."""
+    return picture.capacity > 0 or picture.high_water > 0
+
+
 def slot_pictures(
     state: WorkspaceState,
     layouts: Mapping[Slot, Layout] | None = None,

@@ -8,7 +8,7 @@ from typing import Any
 from .._layout import Layout, Span
 from .._state import Slot, WorkspaceState
 from ._figure import literal, new_figure
-from ._picture import colour_keys, place, slot_pictures
+from ._picture import colour_keys, held_bytes, place, slot_pictures
 from ._text import check_state, describe_state, drawn_slots, format_bytes
 
 #: What the picture marks besides byte ranges, for the legend.
@@ -63,7 +63,7 @@ def plot(
         ['slot (0, 0)', 'slot (1, 0)']
     """
     check_state(state, "plot")
-    pictures, note = drawn_slots(slot_pictures(state, layouts, spans), lambda p: p.capacity > 0)
+    pictures, note = drawn_slots(slot_pictures(state, layouts, spans), held_bytes)
     if note:
         details = [*details, note]
     if ax is None:

@@ -368,3 +368,8 @@ def test_a_slot_that_lost_its_buffer_is_not_captioned_as_never_having_had_one():
     html = fws.render_html(lost)
     assert 'data-slot="(19, 0)"' in html and "never held bytes)" in html
     assert "4 more slots not drawn (all of them never held bytes)" in html
+    pytest.importorskip("matplotlib")
+    fig = fws.plot(lost)  # the plot picks its slots alike (it read capacity alone)
+    labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]
+    assert "slot (19, 0)" in labels
+    assert "4 more slots not drawn (all of them never held bytes)" in fig.axes[0].get_title()
