@@ -147,7 +147,8 @@ def make_spec(shape: Any, dtype: Any, argname: str = "spec") -> ViewSpec:
     Args:
         shape: a tuple of non-negative ints (``torch.Size`` qualifies).
         dtype: anything with a positive integer ``itemsize``.
-        argname: how error messages name the request.
+        argname: how error messages name the request (``""``: the fields alone, ``shape``
+            and ``dtype``, for an API whose arguments they are).
 
     Returns:
         The :class:`ViewSpec`.
@@ -166,24 +167,25 @@ def make_spec(shape: Any, dtype: Any, argname: str = "spec") -> ViewSpec:
     spec = quick_spec((shape, dtype))
     if spec is not None:
         return spec
-    dims = normalize_shape(shape, f"{argname} shape")
-    itemsize = itemsize_of(dtype, f"{argname} dtype")
+    prefix = f"{argname} " if argname else ""
+    dims = normalize_shape(shape, f"{prefix}shape")
+    itemsize = itemsize_of(dtype, f"{prefix}dtype")
     nbytes = itemsize
     for d in dims:
         nbytes *= d
     if nbytes >= MAX_BYTES:
         raise InvalidShapeError(
-            f"{argname}: shape={dims!r} with itemsize {itemsize} needs {nbytes} bytes, "
-            f"which is not below 2**63."
+            f"{argname or 'the view'}: shape={dims!r} with itemsize {itemsize} needs {nbytes} "
+            "bytes, which is not below 2**63."
         )
     extent = 1
     for d in dims:  # what a 64-bit index must reach, a zero dim counted as one
         extent *= max(d, 1)
     if extent >= MAX_BYTES:
         raise InvalidShapeError(
-            f"{argname}: shape={dims!r} spans {extent} elements (its zero dims counted as "
-            "one), which no 64-bit index can address (not below 2**63): a view of it cannot "
-            "be made, even empty."
+            f"{argname or 'the view'}: shape={dims!r} spans {extent} elements (its zero dims "
+            "counted as one), which no 64-bit index can address (not below 2**63): a view of "
+            "it cannot be made, even empty."
         )
     return _checked_spec(dims, dtype, itemsize, nbytes)
 

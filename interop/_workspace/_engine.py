@@ -67,7 +67,7 @@ from typing import Any, TypeVar
 import torch
 
 import functional_ws as fws
-from functional_ws import Growth, Slot, WorkspaceLockedError, WorkspaceState
+from functional_ws import Growth, InvalidSpecError, Slot, WorkspaceLockedError, WorkspaceState
 from functional_ws.fast_paths import fit
 
 from .._device import empty_device_cache, refuse_growth_during_capture
@@ -312,6 +312,12 @@ class Engine:
             new, offsets, _, growth = fit(old, index, nbytes)
         except WorkspaceLockedError as err:
             raise worded(err, refused_by=self) from None
+        except InvalidSpecError:  # views of 2**63 bytes together: said in the caller's words
+            try:
+                fit(old, index, nbytes, argname="shapes_and_dtypes")
+            except InvalidSpecError as named:
+                raise named from None
+            raise
         records = self.buffers.records
         if growth:
             carver = self._install(old, new, growth, index, {})

@@ -769,7 +769,7 @@ class WorkspaceManager:
             return self._recorder.call(self, "get_persistent", method, args, kwargs)  # type: ignore[no-any-return]
         shape = canonical_shape(shape)
         check_torch_dtypes(((shape, dtype),), "dtype")
-        spec = ViewSpec.of(shape, dtype, "persistent")
+        spec = ViewSpec.of(shape, dtype, "")
         factory = tensor_factory(spec, self._device, zero_init)
         resource = self.get_persistent_resource((torch.Tensor, key), factory)
         return check_persistent_tensor(key, resource, spec.shape, dtype)

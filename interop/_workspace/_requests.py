@@ -166,7 +166,8 @@ def check_torch_dtypes(specs: tuple[Any, ...], name: str | None = None) -> None:
     The core accepts any dtype with an itemsize; the façade makes torch tensors.
 
     Raises:
-        InvalidSpecError: naming the pair (``specs[i] dtype``, or ``name``) and the dtype.
+        InvalidSpecError: naming the pair (``shapes_and_dtypes[i] dtype``, or ``name``)
+            and the dtype.
     """
     for i, spec in enumerate(specs):
         if type(spec) is tuple and len(spec) == 2 and type(spec[1]) is _DTYPE:
@@ -176,11 +177,29 @@ def check_torch_dtypes(specs: tuple[Any, ...], name: str | None = None) -> None:
             and len(spec) == 2
             and not isinstance(spec[1], torch.dtype)
         ):
-            what = name or f"specs[{i}] dtype"
+            what = name or f"shapes_and_dtypes[{i}] dtype"
             raise InvalidDtypeError(
                 f"{what} must be a torch.dtype such as torch.float32 (the views are torch "
                 f"tensors), got {spec[1]!r}."
             )
+
+
+def checked_requests(specs: tuple[Any, ...], argname: str) -> None:
+    """Refuse a malformed request before the core sees it, naming the façade's argument
+    (``argname[i]``: the core names its own, ``specs[i]``). A slow path's check: the
+    request was not plain, or not seen before.
+
+    Raises:
+        InvalidSpecError: a pair that is not one, or a bad shape or dtype, naming
+            ``argname[i]`` and the value.
+    """
+    for i, pair in enumerate(specs):
+        name = f"{argname}[{i}]"
+        if not isinstance(pair, (tuple, list)):
+            raise InvalidRequestError(f"{name} must be a (shape, dtype) pair, got {pair!r}.")
+        if len(pair) != 2:
+            raise InvalidSpecError(f"{name} must be a (shape, dtype) pair, got {pair!r}.")
+        ViewSpec.of(pair[0], pair[1], name)
 
 
 def torch_specs(pairs: tuple[Any, ...], argname: str) -> list[ViewSpec]:

@@ -23,7 +23,7 @@ from ._engine import MAX_PLANS, Engine
 from ._memo import Memos, memoise, memoise_retained
 from ._persistent import PersistentTables
 from ._recording import user_code
-from ._requests import check_torch_dtypes, user_code_of_key
+from ._requests import check_torch_dtypes, checked_requests, user_code_of_key
 
 T = TypeVar("T")
 
@@ -53,6 +53,7 @@ class Server:
         """
         if not admitted:  # (an admitted request is plain: its dtypes are torch's)
             check_torch_dtypes(specs)  # the façade's word on a dtype that is not torch's
+            checked_requests(specs, "shapes_and_dtypes")  # errors name the façade's argument
         index = self.engine.state.index(slot)  # a slot not configured: refused first
 
         def transition(state: WorkspaceState) -> tuple[WorkspaceState, Sequence[int], Any, Growth]:
@@ -82,7 +83,7 @@ class Server:
                 every time.
         """
         check_torch_dtypes(((shape, dtype),), "dtype")
-        spec = ViewSpec.of(shape, dtype, "spec")  # the caller's shape and dtype read once
+        spec = ViewSpec.of(shape, dtype, "")  # the caller's shape and dtype read once
         index = self.engine.state.index(slot)
         user_code = user_code_of_key(key)
 

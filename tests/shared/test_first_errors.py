@@ -38,7 +38,7 @@ CALLS = [
     ("bool-dim", lambda ws: ws.get_simultaneous(((True,), F32)), ["True"]),
     ("float-dim", lambda ws: ws.get_simultaneous(((4.0,), F32)), ["4.0"]),
     ("tensor-dim", lambda ws: ws.get_simultaneous(((torch.tensor(4),), F32)), ["int(t)"]),
-    ("not-a-pair", lambda ws: ws.get_simultaneous((4, F32, 1)), ["specs[0]"]),
+    ("not-a-pair", lambda ws: ws.get_simultaneous((4, F32, 1)), ["shapes_and_dtypes[0]"]),
     ("lane", _in_lane(3, lambda ws: ws.get_simultaneous(((4,), F32))), ["num_lanes=4"]),
     ("ubatch", _in_ubatch(2, lambda ws: ws.get_simultaneous(((4,), F32))), ["num_ubatches=3"]),
     ("retained-dtype", lambda ws: ws.get_retained("kv", (4,), "float32"), ["torch.float32"]),
