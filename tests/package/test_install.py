@@ -55,22 +55,27 @@ class Installed:
 
 
 def _runtime_closure(requirements: list[str]) -> set[str]:
-    """The distributions the requirements need here, recursively, extras left out."""
-    seen: set[str] = set()
-    todo = [Requirement(r) for r in requirements]
+    """The distributions the requirements need here, recursively, following the extras a
+    dependency asks of another (torch's CUDA build needs cuda-toolkit[cudart,...]), never
+    functional-ws's own extras."""
+    seen: set[tuple[str, str]] = set()
+    names: set[str] = set()
+    todo = [(Requirement(r), "") for r in requirements]
     while todo:
-        req = todo.pop()
-        if req.marker is not None and not req.marker.evaluate({"extra": ""}):
+        req, extra = todo.pop()
+        if req.marker is not None and not req.marker.evaluate({"extra": extra}):
             continue
         try:
             name = importlib.metadata.distribution(req.name).metadata["Name"].lower()
         except importlib.metadata.PackageNotFoundError:
             continue  # not needed here after all, or pip's check below says so
-        if name in seen:
-            continue
-        seen.add(name)
-        todo.extend(Requirement(r) for r in importlib.metadata.requires(name) or [])
-    return seen
+        names.add(name)
+        for wanted in {"", *req.extras}:
+            if (name, wanted) not in seen:
+                seen.add((name, wanted))
+                requires = importlib.metadata.requires(name) or []
+                todo.extend((Requirement(r), wanted) for r in requires)
+    return names
 
 
 def _expose(names: set[str], folder: Path) -> None:

@@ -13,6 +13,7 @@ import argparse
 import contextvars
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -120,8 +121,17 @@ def test_compiled_requests_grow_as_eager_ones(compiled_run):
     assert got == want >= 3
 
 
+#: torch's own notice, not this package's: a CUDA build of torch with nvcc on PATH but no GPU
+#: logs it once when inductor imports torch.utils.cpp_extension.
+_TORCH_ENVIRONMENT_NOTICE = re.compile(
+    r"^W\d{4} [\d:.]+ +\d+ torch/utils/cpp_extension\.py:\d+\] (\[[^]]*\] )?"
+    r"No CUDA runtime is found, using CUDA_HOME=.*$"
+)
+
+
 def test_compiled_requests_print_nothing(compiled_run):
-    assert compiled_run["stderr"] == ""
+    lines = compiled_run["stderr"].splitlines()
+    assert [line for line in lines if not _TORCH_ENVIRONMENT_NOTICE.match(line)] == []
 
 
 def test_dynamo_compiles_no_frame_of_this_package(compiled_run):
