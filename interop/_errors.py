@@ -150,6 +150,17 @@ class UnsupportedPytreeError(HandoffError, TypeError):
     reason = "pytree"
 
 
+class LoadedGraphError(HandoffError, KeyError):
+    """A graph calls a ``jax_call`` this process cannot run as it was made: no live
+    wrapper of its function (a program ``torch.export`` saved, run in another process),
+    or a key of other JAX settings or another version of this library."""
+
+    reason = "loaded-graph"
+
+    def __str__(self) -> str:  # the message, not KeyError's quoted repr of it
+        return str(self.args[0]) if self.args else ""
+
+
 # ----- torch_call: torch code inside JAX -----
 
 
@@ -515,7 +526,7 @@ PUBLIC_ERRORS: tuple[type[Exception], ...] = (
     ShardedArrayError, GradientTrackedError, TransformedTensorError, X64DisabledError,
     UnsupportedDtypeError,
     StreamTypeError, StreamDeviceError, DeletedArrayError, FunctionNotCallableError,
-    UnsupportedPytreeError, JaxSettingError,
+    UnsupportedPytreeError, LoadedGraphError, JaxSettingError,
     JaxAlreadyStartedError, JaxPreallocationWarning, DroppedGradientWarning,
     TorchCallError, InvalidVmapMethodError, VmapNotAllowedError, ResultSpecError,
     ArgumentTypeError, ResultMismatchError, ResultStructureError, ResultShapeError,

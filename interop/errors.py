@@ -76,6 +76,7 @@ from ._errors import JaxAlreadyStartedError as JaxAlreadyStartedError
 from ._errors import JaxPreallocationWarning as JaxPreallocationWarning
 from ._errors import JaxSettingError as JaxSettingError
 from ._errors import LazyViewError as LazyViewError
+from ._errors import LoadedGraphError as LoadedGraphError
 from ._errors import MisalignedViewError as MisalignedViewError
 from ._errors import NegativeBitError as NegativeBitError
 from ._errors import NestedCallError as NestedCallError
@@ -157,6 +158,7 @@ __all__ = [
     "JaxSettingError",
     "LaneNotConfiguredError",
     "LazyViewError",
+    "LoadedGraphError",
     "MisalignedViewError",
     "NegativeBitError",
     "NegativeDimError",

@@ -21,17 +21,20 @@ compiles whole, under ``fullgraph=True`` too:
   cannot alias (a slice at an odd address) is copied there, not refused.
 
 Keys: the op's first argument names what it runs, and torch caches compiled graphs, that
-argument in them, on disk (AOTAutograd's and inductor's caches, on by default): a later
-process may run a graph it never traced. So a key means the same in every process: a
-forward's is the function's key (``_functions.py``: a fingerprint of its code, closures
-and globals read) and a digest of the argument description; a backward's is its
-forward's key and the grad masks (:func:`backward_key`), and its entry is made from the
-forward's on first use, when a cached backward graph runs it. A fingerprint cannot see
-everything a function reads (a dtype in a config object, a module edited between runs),
-and a cached graph bakes in the dtypes of the op's results: so the key of the call a
-graph keeps also names the dtypes and ranks of the results this process's function
-returns (:func:`traced_call` reads them from a probe, an op whose node is dead code), and
-a graph built for other results is never served to it.
+argument in them, on disk (AOTAutograd's and inductor's caches, on by default), and
+``torch.export`` saves them: a later process may run a graph it never traced. So a key
+means the same in every process: a forward's is the function's key (``_functions.py``: a
+fingerprint of its code, closures, arrays by value, and globals read), the argument
+description and a digest (:func:`forward_key`), and a process that never traced it makes
+its entry from the key, for a live wrapper of that function (:func:`_loaded_entry`); a
+backward's is its forward's key and the grad masks (:func:`backward_key`), and its entry
+is made from the forward's on first use, when a cached backward graph runs it. A
+fingerprint cannot see everything a function reads (a dtype in a config object, a module
+edited between runs), and a cached graph bakes in the dtypes of the op's results: so the
+key of the call a graph keeps also names the dtypes and ranks of the results this
+process's function returns (:func:`traced_call` reads them from a probe, an op whose node
+is dead code), and a graph built for other results is never served to it (a loaded one
+is refused when they differ).
 
 Shapes: JAX compiles per shape, so the fake implementation specialises the graph on the
 inputs' shapes and ints (a symbolic size becomes a guard on its value). A new shape
@@ -46,6 +49,8 @@ node...) runs eagerly at a graph break, and ``fullgraph=True`` reports it with
 
 from __future__ import annotations
 
+import ast
+import base64
 import dataclasses
 import hashlib
 import sys
@@ -59,7 +64,7 @@ import jax.numpy as jnp
 import torch
 
 from .._compile import run_eagerly
-from .._errors import UnsupportedDtypeError, UnsupportedPytreeError
+from .._errors import LoadedGraphError, UnsupportedDtypeError, UnsupportedPytreeError
 from .._locks import renew_after_fork
 from .._private import constant_result, dual_level_active
 from . import _vjp
@@ -101,9 +106,10 @@ _callers: dict[str, list[weakref.ReferenceType[Any]]] = {}
 
 
 def register(caller: _Caller) -> str:
-    """Register a ``jax_call`` wrapper's caller; returns the key its traces name it by: its
-    function's key, the same in every process (``_functions.py``)."""
-    key = caller.function.op_key
+    """Register a ``jax_call`` wrapper's caller; returns what its traces find it by (its
+    function's token: the op's key, the same in every process, is made from it when a
+    graph first calls it, :func:`op_key`)."""
+    key = caller.function.token
     with _lock:
         alive = [ref for ref in _callers.get(key, ()) if ref() is not None]
         _callers[key] = [*alive, weakref.ref(caller)]
@@ -213,8 +219,9 @@ def traced_call(caller_key: str, args: tuple[Any, ...], kwargs: dict[str, Any]) 
     # the key of the call names them:
     # a graph torch cached on disk bakes them in, and a process whose function returns
     # others (a dtype read from a config, a module edited between runs) must not run it.
-    with torch.no_grad():
-        probe = jax_call_probe(key, tensors, ints, floats)
+    # (On detached tensors, not under no_grad: torch.export keeps a grad-mode switch as a
+    # node of its own, which torch.export.load refuses.)
+    probe = jax_call_probe(key, [t.detach() for t in tensors], ints, floats)
     key = signed_key(key, tuple((r.dtype, r.dim()) for r in probe))
     results = jax_call_op(key, tensors, ints, floats)
     return rebuild(result_structure(key), iter(results), iter(()))
@@ -247,6 +254,9 @@ class Entry:
     #: Per inputs (shapes and dtypes, ints, floats): the results' description and shapes
     #: and dtypes (:func:`_abstract_results`).
     abstract: dict[Any, Any] = dataclasses.field(default_factory=dict)
+    #: The digest of the results' dtypes and ranks a loaded graph's key names, until the
+    #: first call checked it (:func:`_loaded_entry`); ``None`` otherwise.
+    signature: str | None = None
 
 
 _entries: dict[str, Entry] = {}
@@ -263,19 +273,38 @@ def _digest(structure: Any) -> str:
 
 
 def _op_key(caller_key: str, structure: Any) -> str:
-    """The key of a wrapper's function called with arguments ``structure`` describes:
-    derived from both and from JAX's settings that decide result dtypes, so the same in
-    every process that would compute the same (a graph cached with x64 off must not serve
-    a process with it on: it would read float64 results as float32), and from
-    :data:`OP_SEMANTICS` (a graph cached by a version whose op meant otherwise is not
-    served)."""
-    key = f"{caller_key}/{_digest((structure, _dtype_settings(), OP_SEMANTICS))}"
+    """The key of a wrapper's function called with arguments ``structure`` describes (see
+    :func:`forward_key`)."""
+    caller = _caller(caller_key)
+    function = caller.function
+    key = forward_key(function.op_key, structure)  # (a fingerprint made now, unlocked)
     with _lock:
         if key not in _entries:  # a compiled graph may call it later: keep the wrapper
-            caller = _caller(caller_key)
-            function = caller.function
             _entries[key] = Entry(caller.fn, structure, function.jitted, owner=function)
     return key
+
+
+def forward_key(function_key: str, structure: Any) -> str:
+    """``<function's key>/<structure>/<digest>``: the function, the arguments' description
+    (in the clear, base64: a process that loads a saved program makes the entry from it),
+    and a digest of the description, of JAX's settings that decide result dtypes and of
+    :data:`OP_SEMANTICS`. So the same in every process that would compute the same (a
+    graph cached with x64 off must not serve a process with it on: it would read float64
+    results as float32; a graph cached by a version whose op meant otherwise is not
+    served).
+
+    Example:
+        >>> key = forward_key("f@0123#0", ("tuple", (("tuple", ("T",)), ("dict", (), ()))))
+        >>> _structure_of(key.split("/")[1])
+        ('tuple', (('tuple', ('T',)), ('dict', (), ())))
+    """
+    encoded = base64.urlsafe_b64encode(repr(structure).encode()).decode()
+    return f"{function_key}/{encoded}/{_digest((structure, _dtype_settings(), OP_SEMANTICS))}"
+
+
+def _structure_of(encoded: str) -> Any:
+    """The arguments' description a key carries (:func:`forward_key`)."""
+    return ast.literal_eval(base64.urlsafe_b64decode(encoded.encode()).decode())
 
 
 def _signed_key(key: str, results: tuple[tuple[torch.dtype, int], ...]) -> str:
@@ -298,17 +327,15 @@ def _signed_key(key: str, results: tuple[tuple[torch.dtype, int], ...]) -> str:
 
 def _entry(key: str) -> Entry:
     """The entry of ``key``; a backward's is made from its forward's on first use (a warm
-    compile cache runs a backward graph this process never traced)."""
+    compile cache runs a backward graph this process never traced), and a forward's from
+    the key, for a live wrapper of its function, where the graph was traced elsewhere
+    (:func:`_loaded_entry`)."""
     entry = _entries.get(key)
     if entry is not None:
         return entry
     forward, mark, masks = key.rpartition(BACKWARD)
     if not mark:
-        raise KeyError(
-            f"jax_call under torch.compile: no function is registered under {key!r} in this "
-            "process. A compiled graph calls a jax_call this process never made: make the "
-            "jax_call wrapper (as the compiled code does) before running the graph."
-        )
+        return _loaded_entry(key)
     parent = _entry(forward)
     diff, given = (tuple(c == "1" for c in bits) for bits in masks.split("."))
     with _lock:
@@ -324,6 +351,89 @@ def _dtype_settings() -> tuple[Any, ...]:
 
 
 _DTYPE_SETTINGS = ("jax_enable_x64", "jax_default_prng_impl")
+
+
+def _loaded_entry(key: str) -> Entry:
+    """The entry of a forward ``key`` that no graph traced in this process names: a
+    program ``torch.export`` saved, or an AOTInductor package, run here. Made from the key
+    for a live ``jax_call`` wrapper of the function it names (a function alike in code and
+    values: the fingerprint); the results' dtypes and ranks the key names are checked when
+    it first runs.
+
+    Raises:
+        LoadedGraphError: (``KeyError``) no live wrapper of that function, or a key of
+            another version of this library or other JAX settings.
+    """
+    unsigned, bar, signature = key.rpartition("|")
+    if not bar:
+        unsigned, signature = key, ""
+    try:
+        function_key, encoded, digest = unsigned.rsplit("/", 2)
+        structure = _structure_of(encoded)
+    except (ValueError, SyntaxError, TypeError):
+        raise LoadedGraphError(
+            f"jax_call: a graph calls the op with key {key!r}, which this version of "
+            "functional-ws cannot read (a graph saved by another version): export or "
+            "compile it again."
+        ) from None
+    caller = _live_caller(function_key)
+    if caller is None:
+        raise LoadedGraphError(
+            f"jax_call: a graph calls {function_key!r}, and no live jax_call wrapper in "
+            "this process wraps that function. A compiled graph (torch.compile's cache), a "
+            "program torch.export saved or an AOTInductor package runs the JAX function "
+            "of a wrapper this process made: make it (jax_call of the same function, "
+            "closing over the same values: arrays by value) before running the graph, and "
+            "keep it alive while the graph runs."
+        )
+    if _digest((structure, _dtype_settings(), OP_SEMANTICS)) != digest:
+        raise LoadedGraphError(
+            f"jax_call: a graph calls {function_key!r} with a key made under other JAX "
+            "settings that decide result dtypes (jax_enable_x64, default dtype bits) or by "
+            f"another version of functional-ws; this process has {_dtype_settings()}. "
+            "Run it with the settings it was made under, or export or compile it again."
+        )
+    function = caller.function
+    with _lock:
+        entry = _entries.get(key)
+        if entry is None:
+            entry = Entry(caller.fn, structure, function.jitted, owner=function)
+            entry.signature = signature or None
+            _entries[key] = entry
+    return entry
+
+
+def _live_caller(function_key: str) -> _Caller | None:
+    """A live caller of the function ``function_key`` names: the function of that key, or
+    another the fingerprint cannot tell from it (the number after ``#`` counts functions
+    alike in code and values in the order a process met them)."""
+    alike = function_key.rpartition("#")[0]
+    found = None
+    with _lock:
+        callers = [ref() for refs in _callers.values() for ref in refs]
+    for caller in callers:
+        if caller is None:
+            continue
+        key = caller.function.op_key  # a fingerprint made now, where none was yet
+        if key == function_key:
+            return caller  # type: ignore[no-any-return]
+        if found is None and key.rpartition("#")[0] == alike:
+            found = caller
+    return found
+
+
+def _check_signature(entry: Entry, results: list[torch.Tensor]) -> None:
+    """Refuse results whose dtypes and ranks are not those a loaded graph's key names."""
+    made = _digest(tuple((str(r.dtype), r.dim()) for r in results))
+    if made != entry.signature:
+        raise LoadedGraphError(
+            "jax_call: the JAX function returned results of dtypes and ranks "
+            f"{[(str(r.dtype), r.dim()) for r in results]}, which are not those the graph "
+            "running it was made for (it was traced in another process, where the function "
+            "returned others: a dtype read from a config, code edited since). Export or "
+            "compile it again."
+        )
+    entry.signature = None  # checked once
 
 
 def _result_structure(key: str) -> Any:
@@ -427,6 +537,8 @@ def jax_call_op(
     structure, leaves = _describe_result(entry.fn(*args, **kwargs))
     _record(entry, structure)
     results = [_dense(to_torch(jnp.asarray(leaf))) for leaf in leaves]
+    if entry.signature is not None:  # a graph traced elsewhere: its first call here
+        _check_signature(entry, results)
     return _unaliased(results, tensors)
 
 

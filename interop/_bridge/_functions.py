@@ -10,18 +10,24 @@ bound method: its object and its function), held weakly: the table never keeps a
 alive, and forgets it when it dies.
 
 The custom op's key must mean the same function in every process, since
-``torch.compile`` caches graphs (the key in them) on disk: it is derived from a
-fingerprint of the function's code, of the values it closes over and the globals it reads
-(arrays by shape and dtype, small NumPy arrays by value too; objects by their attributes,
-``__slots__`` included), and of its ``jit`` options; functions alike in all of these
-(closures over different arrays of one shape, say) are numbered in the order they are met,
-a number freed by a function's death going to the next one met.
+``torch.compile`` caches graphs (the key in them) on disk and ``torch.export`` saves them:
+a process that loads a program runs the function its key names there. The key is derived
+from a fingerprint of the function's code, of the values it closes over and the globals it
+reads (NumPy and JAX arrays by value: two closures of one code over different weights of
+one shape are two functions; objects by their attributes, ``__slots__`` included, to a
+depth), and of its ``jit`` options. Functions alike in all of these compute alike; they
+are numbered in the order they are met (a number freed by a function's death going to the
+next one met), which tells apart only what the fingerprint cannot read (values deeper than
+it looks). The fingerprint is made when a compiled or exported graph first names the
+function (reading a large closed-over array once then), not when a wrapper is made: an
+eager call never pays for it.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
+import itertools
 import sys
 import threading
 import types
@@ -29,6 +35,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
+import jax
 import numpy as np
 
 from .. import _private
@@ -65,6 +72,9 @@ class Function:
         self._strong: Callable[..., Any] | None = None if shared else fn
         self._weak: Any = weakref.ref(fn) if shared else None
         self._op_key: str | None = None
+        #: What this process's wrappers of it are registered by (``_custom_op.register``):
+        #: unique in the process, made at once, unlike :attr:`op_key`.
+        self.token = f"{name}~{next(_tokens)}"
         #: Its key in the table of shared functions (``None`` for one of its own).
         self.table_key: tuple[int, Any] | None = None
         #: What it is found by (``_anchor``), held weakly; ``None`` for one of its own.
@@ -105,6 +115,9 @@ class Function:
 
 def _no_anchor() -> None:
     return None
+
+
+_tokens = itertools.count()
 
 
 _lock = threading.Lock()
@@ -199,20 +212,20 @@ def _fingerprint(function: Function) -> str:
 
 #: How deep :func:`describe` looks into values (a function's globals' globals...).
 DEPTH = 4
-#: NumPy arrays of up to this many bytes are described by value too: a mask or an index
-#: list closed over can decide a result's shape (larger ones, weights, by shape and dtype).
-SMALL_ARRAY = 32 * 1024
 _SCALARS = (type(None), bool, int, float, complex, str, bytes)
 
 
 def describe(value: Any, depth: int = DEPTH, seen: frozenset[int] = frozenset()) -> Any:
     """A description of ``value`` that is the same in every process making it alike: code
-    by its bytecode and constants, arrays by shape and dtype, scalars by value, other
-    objects by type (and their attributes, to a depth).
+    by its bytecode and constants, NumPy and JAX arrays by shape, dtype and a digest of
+    their values, scalars by value, other objects by type (and their attributes, to a
+    depth).
 
     Example:
         >>> import jax.numpy as jnp
         >>> describe(jnp.zeros((2, 3))) == describe(jnp.ones((2, 3)))
+        False
+        >>> describe(jnp.ones((2, 3))) == describe(jnp.ones((2, 3)))
         True
         >>> describe(lambda x: x * 2) == describe(lambda x: x * 3)
         False
@@ -255,12 +268,7 @@ def _describe(value: Any, deeper: int, seen: frozenset[int]) -> Any:
         return ("jit", describe(value.__wrapped__, deeper, seen), repr(options))
     shape, dtype = getattr(value, "shape", None), getattr(value, "dtype", None)
     if isinstance(shape, tuple) and dtype is not None:
-        if (  # a small array may decide shapes; objects' bytes are addresses
-            type(value) is np.ndarray and value.nbytes <= SMALL_ARRAY and not value.dtype.hasobject
-        ):
-            digest = hashlib.sha256(np.ascontiguousarray(value).tobytes()).hexdigest()[:16]
-            return ("array", "numpy.ndarray", shape, str(dtype), digest)
-        return ("array", _type_name(type(value)), shape, str(dtype))
+        return ("array", _type_name(type(value)), shape, str(dtype), _values_digest(value))
     if isinstance(value, (tuple, list)):
         return (type(value).__name__, tuple(describe(v, deeper, seen) for v in value))
     if isinstance(value, (set, frozenset)):
@@ -273,6 +281,22 @@ def _describe(value: Any, deeper: int, seen: frozenset[int]) -> Any:
         described = describe(attributes, deeper, seen) if isinstance(attributes, dict) else None
         return ("object", _type_name(type(value)), described, describe(slots, deeper, seen))
     return ("object", _type_name(type(value)))
+
+
+def _values_digest(array: Any) -> str | None:
+    """A digest of a NumPy or JAX array's values; ``None`` where they cannot be read (a
+    tracer, a deleted array, objects, whose bytes are addresses; another library's array).
+    A JAX array on an accelerator is copied to the host to be read."""
+    if not isinstance(array, (np.ndarray, np.generic, jax.Array)):
+        return None
+    try:
+        host = np.asarray(array)
+    except Exception:  # a tracer, a deleted or donated array
+        return None
+    if host.dtype.hasobject:
+        return None
+    data: Any = np.ascontiguousarray(host).reshape(-1).view(np.uint8)  # read in place
+    return hashlib.sha256(data).hexdigest()[:16]
 
 
 def _slot_values(value: Any) -> dict[str, Any]:

@@ -76,7 +76,8 @@ INTEROP_ERRORS_NAMES = {
     "StreamDeviceError", "StreamTypeError", "TorchCallError", "TraceMismatchError",
     "TraceTypeError", "UbatchNotConfiguredError",
     "UnknownAllocatorError", "UnknownDeviceError", "UnsupportedDtypeError",
-    "UnsupportedLayoutError", "UnsupportedPytreeError", "VmapNotAllowedError", "WorkspaceError",
+    "UnsupportedLayoutError", "UnsupportedPytreeError", "LoadedGraphError", "VmapNotAllowedError",
+    "WorkspaceError",
     "WorkspaceLockedError", "X64DisabledError", "ZeroCopyError"
 }  # fmt: skip
 
