@@ -53,6 +53,7 @@ import ast
 import base64
 import dataclasses
 import hashlib
+import re
 import sys
 import threading
 import weakref
@@ -266,6 +267,7 @@ _entries: dict[str, Entry] = {}
 OP_SEMANTICS = 2
 #: Marks a backward's key: ``<forward key>'<differentiated mask>.<given mask>``.
 BACKWARD = "'"
+_MASKS = re.compile(r"[01]*\.[01]*")
 
 
 def _digest(structure: Any) -> str:
@@ -334,7 +336,7 @@ def _entry(key: str) -> Entry:
     if entry is not None:
         return entry
     forward, mark, masks = key.rpartition(BACKWARD)
-    if not mark:
+    if not mark or _MASKS.fullmatch(masks) is None:  # (a function's name may hold a quote)
         return _loaded_entry(key)
     parent = _entry(forward)
     diff, given = (tuple(c == "1" for c in bits) for bits in masks.split("."))
@@ -364,11 +366,9 @@ def _loaded_entry(key: str) -> Entry:
         LoadedGraphError: (``KeyError``) no live wrapper of that function, or a key of
             another version of this library or other JAX settings.
     """
-    unsigned, bar, signature = key.rpartition("|")
-    if not bar:
-        unsigned, signature = key, ""
-    try:
-        function_key, encoded, digest = unsigned.rsplit("/", 2)
+    try:  # from the right: a function's name may hold any character, the rest cannot
+        function_key, encoded, tail = key.rsplit("/", 2)
+        digest, _, signature = tail.partition("|")
         structure = _structure_of(encoded)
     except (ValueError, SyntaxError, TypeError):
         raise LoadedGraphError(

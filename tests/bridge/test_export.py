@@ -168,3 +168,26 @@ def test_a_loaded_key_whose_function_returns_other_dtypes_is_refused():
     (out,) = _custom_op.jax_call_op(f"{forward}|{here}", [torch.ones(3)], [], [])
     assert out.dtype == torch.float16
     del wrapper
+
+
+def test_a_function_named_with_the_keys_separators_is_found_from_a_loaded_key():
+    """Keys are read from the right: a function's name may hold '/', '|' and a quote (the
+    backward's mark), which read from the left split the key in the wrong place."""
+
+    def f(x):
+        return x * 3
+
+    f.__name__ = f.__qualname__ = "we'ird/na|me"
+    jitted = jax.jit(f)
+    wrapper = interop.jax_call(jitted)
+    function = _functions.function_for(jitted)
+    structure = _custom_op._as_call(("tuple", (_custom_op.TENSOR,)))
+    forward = _custom_op.forward_key(function.op_key, structure)
+    signed = f"{forward}|{_custom_op._digest((('torch.float32', 1),))}"
+    assert signed not in _custom_op._entries  # as in a process that loaded the graph
+    (out,) = _custom_op.jax_call_op(signed, [torch.ones(2)], [], [])
+    torch.testing.assert_close(out, torch.full((2,), 3.0))
+    backward = _custom_op.backward_key(signed, (True,), (True,))
+    (grad,) = _custom_op.jax_call_op(backward, [torch.ones(2), torch.ones(2)], [], [])
+    torch.testing.assert_close(grad, torch.full((2,), 3.0))
+    del wrapper
