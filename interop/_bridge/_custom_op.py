@@ -104,6 +104,8 @@ _lock = threading.Lock()
 renew_after_fork(sys.modules[__name__], "_lock")  # after a fork: free
 #: Per key, the callers of the wrappers of that function (any live one serves).
 _callers: dict[str, list[weakref.ReferenceType[Any]]] = {}
+#: How many functions ``_callers`` held when its dead ones were last dropped.
+_callers_pruned_at = 64
 
 
 def register(caller: _Caller) -> str:
@@ -111,9 +113,14 @@ def register(caller: _Caller) -> str:
     function's token: the op's key, the same in every process, is made from it when a
     graph first calls it, :func:`op_key`)."""
     key = caller.function.token
+    global _callers_pruned_at
     with _lock:
         alive = [ref for ref in _callers.get(key, ()) if ref() is not None]
         _callers[key] = [*alive, weakref.ref(caller)]
+        if len(_callers) > 2 * _callers_pruned_at:  # the dead functions' keys go (amortised)
+            for token in [t for t, refs in _callers.items() if all(r() is None for r in refs)]:
+                del _callers[token]
+            _callers_pruned_at = max(len(_callers), 64)
     return key
 
 
@@ -300,8 +307,18 @@ def forward_key(function_key: str, structure: Any) -> str:
         >>> _structure_of(key.split("/")[1])
         ('tuple', (('tuple', ('T',)), ('dict', (), ())))
     """
-    encoded = base64.urlsafe_b64encode(repr(structure).encode()).decode()
+    text = repr(structure)
+    encoded = base64.urlsafe_b64encode(text.encode()).decode() if _reads_back(text) else "-"
     return f"{function_key}/{encoded}/{_digest((structure, _dtype_settings(), OP_SEMANTICS))}"
+
+
+def _reads_back(text: str) -> bool:
+    """Whether a description's text reads back as the same description (not so for a
+    constant such as ``complex("nan")`` or a dict key that is an ``Enum``)."""
+    try:
+        return repr(ast.literal_eval(text)) == text
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return False
 
 
 def _structure_of(encoded: str) -> Any:
@@ -369,13 +386,28 @@ def _loaded_entry(key: str) -> Entry:
     try:  # from the right: a function's name may hold any character, the rest cannot
         function_key, encoded, tail = key.rsplit("/", 2)
         digest, _, signature = tail.partition("|")
-        structure = _structure_of(encoded)
+        structure = None if encoded == "-" else _structure_of(encoded)
     except (ValueError, SyntaxError, TypeError):
         raise LoadedGraphError(
             f"jax_call: a graph calls the op with key {key!r}, which this version of "
             "functional-ws cannot read (a graph saved by another version): export or "
             "compile it again."
         ) from None
+    if structure is None:
+        raise LoadedGraphError(
+            f"jax_call: a graph calls {function_key!r} with an argument its key cannot "
+            "carry (a constant such as complex('nan'), or a dict key such as an Enum, "
+            "does not read back from its repr), so a process that did not trace the call "
+            "cannot run it. Pass that value as a string, a number or a tensor, or trace "
+            "the call in this process first (torch.compile or torch.export of it)."
+        )
+    if _digest((structure, _dtype_settings(), OP_SEMANTICS)) != digest:
+        raise LoadedGraphError(
+            f"jax_call: a graph calls {function_key!r} with a key made under other JAX "
+            "settings that decide result dtypes (jax_enable_x64, jax_default_prng_impl) "
+            f"or by another version of functional-ws; this process has {_dtype_settings()}. "
+            "Run it with the settings it was made under, or export or compile it again."
+        )
     caller = _live_caller(function_key)
     if caller is None:
         raise LoadedGraphError(
@@ -386,14 +418,18 @@ def _loaded_entry(key: str) -> Entry:
             "closing over the same values: arrays by value) before running the graph, and "
             "keep it alive while the graph runs."
         )
-    if _digest((structure, _dtype_settings(), OP_SEMANTICS)) != digest:
-        raise LoadedGraphError(
-            f"jax_call: a graph calls {function_key!r} with a key made under other JAX "
-            "settings that decide result dtypes (jax_enable_x64, default dtype bits) or by "
-            f"another version of functional-ws; this process has {_dtype_settings()}. "
-            "Run it with the settings it was made under, or export or compile it again."
-        )
     function = caller.function
+    if not function.complete:
+        raise LoadedGraphError(
+            f"jax_call: a graph traced in another process calls {function_key!r}, and this "
+            "process's function of that name reads values its fingerprint cannot see all "
+            "of (code more than four functions deep, an object graph of more than 20,000 "
+            "values, an array whose values cannot be read, such as a torch tensor), so "
+            "it cannot be told from another function of the same code over other values. "
+            "Pass such values to the function as arguments (tensors), or close over the "
+            "arrays themselves; or trace the call in this process (torch.compile or "
+            "torch.export of it) rather than load it."
+        )
     with _lock:
         entry = _entries.get(key)
         if entry is None:

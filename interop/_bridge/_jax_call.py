@@ -29,7 +29,7 @@ from .._compile import run_eagerly
 from .._errors import FunctionNotCallableError
 from . import _custom_op, _torch_callback
 from ._autograd import run
-from ._functions import Function, function_for
+from ._functions import WRAPS, Function, function_for
 
 _is_compiling = torch.compiler.is_compiling
 _flatten = jax.tree_util.tree_flatten
@@ -162,4 +162,5 @@ def jax_call(fn: Callable[..., Any]) -> Callable[..., Any]:
     # No __wrapped__: torch.jit.script follows it and compiled the JAX function's source as
     # TorchScript (torch's x.std() for JAX's: another answer, silently); it now refuses.
     del call.__wrapped__
+    setattr(call, WRAPS, fn)  # what a fingerprint of code that calls this wrapper reads
     return call

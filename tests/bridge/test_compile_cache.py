@@ -93,26 +93,17 @@ def test_a_warm_cache_gives_the_cold_gradients(tmp_path):
 
 CONFIGURED = textwrap.dedent(
     """
-    import dataclasses, json, sys
+    import json, sys
     import jax, jax.numpy as jnp, torch
     from torch._dynamo.utils import counters
     import interop
 
-    @dataclasses.dataclass
-    class Layer:
-        dtype: str
-
-    @dataclasses.dataclass
-    class Config:
-        layer: Layer
-
-    # Read from the command line, deeper than the function's fingerprint looks: two runs
-    # make functions alike in every way but the dtype of their result.
-    CFG = Config(Layer(sys.argv[1]))
-
+    # Read from the command line where the function runs: the fingerprint sees the module
+    # sys, not what it holds, so two runs make functions alike in every way it reads but
+    # the dtype of their result (a config object's value it would read).
     @jax.jit
     def head(w, x):
-        return jnp.tanh(x @ w).astype(CFG.layer.dtype)
+        return jnp.tanh(x @ w).astype(sys.argv[1])
 
     layer = interop.jax_call(head)
 
@@ -138,7 +129,7 @@ CONFIGURED = textwrap.dedent(
 
 
 def test_a_warm_cache_never_serves_a_graph_built_for_other_result_dtypes(tmp_path):
-    # The dtype came from a config the function's fingerprint does not reach: the second
+    # The dtype came from what the function's fingerprint does not read: the second
     # run hit the first run's graph, which read bfloat16 results as float16 (loss 72.5
     # against 13.2, gradients off by 186; a module edited between runs corrupted the heap).
     script = tmp_path / "configured.py"

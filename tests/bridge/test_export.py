@@ -9,12 +9,14 @@ a program with no wrapper of its function is refused, naming what to do.
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import os
 import subprocess
 import sys
 import textwrap
+import types
 from pathlib import Path
 
 import jax
@@ -191,3 +193,116 @@ def test_a_function_named_with_the_keys_separators_is_found_from_a_loaded_key():
     (grad,) = _custom_op.jax_call_op(backward, [torch.ones(2), torch.ones(2)], [], [])
     torch.testing.assert_close(grad, torch.full((2,), 3.0))
     del wrapper
+
+
+class _Layer:
+    """A layer keeping its weights two objects deep, as Flax and Equinox models do."""
+
+    def __init__(self, value: float) -> None:
+        self.params = types.SimpleNamespace(dense={"kernel": [jnp.full(4, value)]})
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return x * self.params.dense["kernel"][0]
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda v: jax.jit(_Layer(v)),  # a callable object
+        lambda v: jax.jit(_Layer(v).__call__),  # a bound method
+        lambda v: functools.partial(lambda w, x: x * w["a"]["b"], {"a": {"b": jnp.full(4, v)}}),
+        lambda v: (lambda k: jax.jit(lambda x: x + jax.random.normal(k, (4,))))(
+            jax.random.key(int(v))
+        ),
+    ],
+    ids=["object", "method", "partial of nested dicts", "typed key"],
+)
+def test_values_deep_in_what_a_function_reads_tell_it_apart(make):
+    """The description stopped four levels into values: two layers of one code over other
+    weights kept in attributes of attributes had one key, and a loaded program ran either."""
+    fns = [make(1.0), make(10.0), make(1.0)]
+    functions = [_functions.function_for(f) for f in fns]
+    prints = [f.op_key.rpartition("#")[0] for f in functions]
+    assert prints[0] != prints[1] and prints[0] == prints[2]
+    assert all(f.complete for f in functions)
+
+
+def _loaded_key(fn: object) -> str:
+    """The key a graph traced in another process would hold for a one-tensor call of ``fn``."""
+    structure = _custom_op._as_call(("tuple", (_custom_op.TENSOR,)))
+    return _custom_op.forward_key(_functions.function_for(fn).op_key, structure)
+
+
+def test_a_loaded_key_of_a_function_its_fingerprint_cannot_read_whole_is_refused():
+    weights = torch.full((4,), 2.0)  # a torch tensor: no digest of its values
+    f = jax.jit(lambda x: x * weights.sum().item())
+    wrapper = interop.jax_call(f)
+    with pytest.raises(interop.errors.LoadedGraphError, match="cannot see all of"):
+        _custom_op._entry(_loaded_key(f))
+    del wrapper
+
+
+def test_a_loaded_key_of_other_settings_says_so_before_looking_for_the_function():
+    f = jax.jit(lambda x: x + 1)
+    key = _loaded_key(f)
+    elsewhere = key[: key.rindex("/") + 1] + "0" * 12  # its digest under other settings
+    with pytest.raises(interop.errors.LoadedGraphError, match="other JAX settings"):
+        _custom_op._entry(elsewhere)
+
+
+def test_a_constant_that_does_not_read_back_is_refused_when_loaded():
+    f = jax.jit(lambda x, c: x)
+    wrapper = interop.jax_call(f)
+    function = _functions.function_for(f)
+    odd = _custom_op._as_call(("tuple", (_custom_op.TENSOR, ("C", complex("nan")))))
+    key = _custom_op.forward_key(function.op_key, odd)
+    assert key.split("/")[-2] == "-"
+    with pytest.raises(interop.errors.LoadedGraphError, match="does not read back"):
+        _custom_op._entry(key)
+    del wrapper
+
+
+def test_wrappers_of_short_lived_functions_leave_no_registration_behind():
+    """Each function registers its wrappers under a token of its own; a fresh lambda per
+    step left one entry per step in the table (20,000 steps: 20,001 entries)."""
+    for _ in range(2000):
+        interop.jax_call(lambda x: x + 1)
+    assert len(_custom_op._callers) < 300
+
+
+KEYED = textwrap.dedent(
+    """
+    import types
+    import jax, jax.numpy as jnp
+    import interop
+    from interop._bridge import _functions
+
+    cfg = types.SimpleNamespace(layer=types.SimpleNamespace(scale=2.0))
+
+    @jax.jit
+    def head(x):
+        return x * cfg.layer.scale  # reads cfg; 'layer' is an attribute, not the global
+
+    layer = interop.jax_call(head)  # a global of that name: this process's registration
+    print("REPORT", _functions.function_for(head).op_key, _functions.function_for(head).complete)
+    """
+)
+
+
+def test_a_function_keys_alike_in_every_process_whatever_globals_share_its_attribute_names(
+    tmp_path,
+):
+    """Every name in co_names was read as a global: an attribute 'layer' made the global
+    jax_call wrapper 'layer' part of the fingerprint, with this process's registration in
+    it, so no two processes agreed on the key (a warm cache never hit)."""
+    path = tmp_path / "keyed.py"
+    path.write_text(KEYED)
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    keys = []
+    for _ in range(2):
+        done = subprocess.run(
+            [sys.executable, str(path)], env=env, capture_output=True, text=True, timeout=300
+        )
+        (line,) = [x for x in done.stdout.splitlines() if x.startswith("REPORT ")]
+        keys.append(line.split()[1:])
+    assert keys[0] == keys[1] and keys[0][1] == "True", keys
