@@ -62,6 +62,7 @@ from typing import Any, Protocol
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import torch
 
 from .._compile import run_eagerly
@@ -262,12 +263,18 @@ class Entry:
     #: Per inputs (shapes and dtypes, ints, floats): the results' description and shapes
     #: and dtypes (:func:`_abstract_results`).
     abstract: dict[Any, Any] = dataclasses.field(default_factory=dict)
-    #: The digest of the results' dtypes and ranks a loaded graph's key names, until the
-    #: first call checked it (:func:`_loaded_entry`); ``None`` otherwise.
+    #: Per inputs, the digest of the function's jaxpr on them (:func:`_semantics`).
+    semantics: dict[Any, str] = dataclasses.field(default_factory=dict)
+    #: The signature a loaded graph's key names (results' dtypes and ranks, and the
+    #: semantics), until the first call checked it (:func:`_loaded_entry`); else ``None``.
     signature: str | None = None
+    #: A loaded entry's possible functions, until its first call chose one (:func:`_choose`).
+    candidates: list[Any] | None = None
 
 
 _entries: dict[str, Entry] = {}
+#: Per thread, ``(key, semantics)`` of the probe traced last (:func:`_signed_key` reads it).
+_traced = threading.local()
 #: Bumped whenever what the op's graphs compute changes (torch caches compiled graphs on
 #: disk, keyed by the graph, which names the op's key, not by this library's code):
 #: 2 = a result the loss ignores gets no cotangent, an input no gradient reaches ``None``.
@@ -327,10 +334,15 @@ def _structure_of(encoded: str) -> Any:
 
 
 def _signed_key(key: str, results: tuple[tuple[torch.dtype, int], ...]) -> str:
-    """``key`` with the dtypes and ranks of its results (what this process's function
-    returns): another key where they differ, so that no cached graph built for other
-    results runs this one (it read float16 bytes as bfloat16, or wrote past a buffer)."""
-    signed = f"{key}|{_digest(tuple((str(dtype), rank) for dtype, rank in results))}"
+    """``key`` with the dtypes and ranks of its results and what the function computes on
+    the traced inputs (its jaxpr's digest, :func:`_semantics`, which the probe's trace just
+    read): another key where either differs, so that no cached graph built for other
+    results runs this one (it read float16 bytes as bfloat16, or wrote past a buffer), and
+    a loaded graph runs the function it was traced with (:func:`_choose`)."""
+    traced = getattr(_traced, "semantics", None)  # what the probe's trace just read
+    semantics = traced[1] if traced is not None and traced[0] == key else "-"
+    results_digest = _digest(tuple((str(dtype), rank) for dtype, rank in results))
+    signed = f"{key}|{results_digest}.{semantics}"
     with _lock:
         if signed not in _entries:
             parent = _entries[key]
@@ -375,13 +387,13 @@ _DTYPE_SETTINGS = ("jax_enable_x64", "jax_default_prng_impl")
 def _loaded_entry(key: str) -> Entry:
     """The entry of a forward ``key`` that no graph traced in this process names: a
     program ``torch.export`` saved, or an AOTInductor package, run here. Made from the key
-    for a live ``jax_call`` wrapper of the function it names (a function alike in code and
-    values: the fingerprint); the results' dtypes and ranks the key names are checked when
-    it first runs.
+    for the live ``jax_call`` wrappers that may be its function (of its fingerprint, else
+    of its name); its first call runs the one that computes what the key says the graph
+    was traced with (:func:`_choose`).
 
     Raises:
-        LoadedGraphError: (``KeyError``) no live wrapper of that function, or a key of
-            another version of this library or other JAX settings.
+        LoadedGraphError: (``KeyError``) no live wrapper of that name, or a key of another
+            version of this library or other JAX settings.
     """
     try:  # from the right: a function's name may hold any character, the rest cannot
         function_key, encoded, tail = key.rsplit("/", 2)
@@ -408,60 +420,82 @@ def _loaded_entry(key: str) -> Entry:
             f"or by another version of functional-ws; this process has {_dtype_settings()}. "
             "Run it with the settings it was made under, or export or compile it again."
         )
-    caller = _live_caller(function_key)
-    if caller is None:
+    candidates = _live_callers(function_key)
+    if not candidates:
         raise LoadedGraphError(
             f"jax_call: a graph calls {function_key!r}, and no live jax_call wrapper in "
-            "this process wraps that function. A compiled graph (torch.compile's cache), a "
-            "program torch.export saved or an AOTInductor package runs the JAX function "
-            "of a wrapper this process made: make it (jax_call of the same function, "
-            "closing over the same values: arrays by value) before running the graph, and "
+            "this process wraps a function of that name. A compiled graph (torch.compile's "
+            "cache), a program torch.export saved or an AOTInductor package runs the JAX "
+            "function of a wrapper this process made: make it (jax_call of the function "
+            "the graph was made with, over the same values) before running the graph, and "
             "keep it alive while the graph runs."
         )
-    function = caller.function
-    if not function.complete:
-        raise LoadedGraphError(
-            f"jax_call: a graph traced in another process calls {function_key!r}, and this "
-            "process's function of that name reads values its fingerprint cannot see all "
-            "of (code more than four functions deep, an object graph of more than 20,000 "
-            "values, an array whose values cannot be read, such as a torch tensor), so "
-            "it cannot be told from another function of the same code over other values. "
-            "Pass such values to the function as arguments (tensors), or close over the "
-            "arrays themselves; or trace the call in this process (torch.compile or "
-            "torch.export of it) rather than load it."
-        )
+    first = candidates[0]
     with _lock:
         entry = _entries.get(key)
         if entry is None:
-            entry = Entry(caller.fn, structure, function.jitted, owner=function)
+            entry = Entry(first.fn, structure, first.function.jitted, owner=first.function)
             entry.signature = signature or None
+            entry.candidates = candidates
             _entries[key] = entry
     return entry
 
 
-def _live_caller(function_key: str) -> _Caller | None:
-    """A live caller of the function ``function_key`` names: the function of that key, or
-    another the fingerprint cannot tell from it (the number after ``#`` counts functions
-    alike in code and values in the order a process met them)."""
+def _live_callers(function_key: str) -> list[_Caller]:
+    """The live callers that may run the function ``function_key`` names: those of that
+    fingerprint first (the number after ``#`` counts functions alike in the order a
+    process met them), then the others of that name (a fingerprint reads what a function
+    closes over by shape, not by value, and stops at a depth)."""
+    name = function_key.rpartition("@")[0]
     alike = function_key.rpartition("#")[0]
-    found = None
     with _lock:
         callers = [ref() for refs in _callers.values() for ref in refs]
+    found = []
     for caller in callers:
-        if caller is None:
-            continue
-        key = caller.function.op_key  # a fingerprint made now, where none was yet
-        if key == function_key:
-            return caller  # type: ignore[no-any-return]
-        if found is None and key.rpartition("#")[0] == alike:
-            found = caller
-    return found
+        if caller is not None and caller.function.name == name:
+            same = caller.function.op_key.rpartition("#")[0] == alike  # (made now if need be)
+            found.append((not same, caller))
+    return [caller for _, caller in sorted(found, key=lambda pair: pair[0])]
+
+
+def _choose(
+    entry: Entry, tensors: list[torch.Tensor], ints: list[int], floats: list[float]
+) -> None:
+    """Before a loaded entry's first call: run the candidate whose jaxpr on these inputs
+    is the one the graph was traced with (its semantics, in the key's signature), and
+    refuse where none is. A key without semantics keeps the first candidate."""
+    assert entry.signature is not None and entry.candidates is not None
+    wanted = entry.signature.partition(".")[2]
+    shapes = tuple((tuple(t.shape), t.dtype) for t in tensors)
+    inputs = (shapes, tuple(ints), tuple(floats))
+    if wanted and wanted != "-":
+        for caller in entry.candidates:
+            entry.fn, entry.jitted, entry.owner = caller.fn, caller.function.jitted, caller.function
+            entry.abstract.clear()
+            entry.semantics.clear()
+            try:
+                _abstract_results(entry, *inputs, fresh=True)
+            except Exception:  # not this one: it cannot take these arguments
+                continue
+            if entry.semantics.get(inputs) == wanted:
+                break
+        else:
+            raise LoadedGraphError(
+                f"jax_call: no live jax_call wrapper of {entry.candidates[0].function.name!r} "
+                "in this process computes what the graph running it was traced with (it "
+                "was traced in another process; its jaxpr on these inputs, closed-over "
+                "values included, is another): make the wrapper of the function the graph "
+                "was made with, over the same values (the same weights), or export or "
+                "compile it again."
+            )
+    entry.candidates = None
 
 
 def _check_signature(entry: Entry, results: list[torch.Tensor]) -> None:
     """Refuse results whose dtypes and ranks are not those a loaded graph's key names."""
+    assert entry.signature is not None
     made = _digest(tuple((str(r.dtype), r.dim()) for r in results))
-    if made != entry.signature:
+    if made != entry.signature.partition(".")[0]:
         raise LoadedGraphError(
             "jax_call: the JAX function returned results of dtypes and ranks "
             f"{[(str(r.dtype), r.dim()) for r in results]}, which are not those the graph "
@@ -570,10 +604,12 @@ def jax_call_op(
     handoff = to_jax_or_copy if entry.copies_inputs else to_jax
     arrays = iter([handoff(t.detach()) for t in tensors])
     args, kwargs = _call_arguments(entry, arrays, iter(ints), iter(floats))
+    if entry.candidates is not None:  # a graph traced elsewhere: its first call here
+        _choose(entry, tensors, ints, floats)
     structure, leaves = _describe_result(entry.fn(*args, **kwargs))
     _record(entry, structure)
     results = [_dense(to_torch(jnp.asarray(leaf))) for leaf in leaves]
-    if entry.signature is not None:  # a graph traced elsewhere: its first call here
+    if entry.signature is not None:
         _check_signature(entry, results)
     return _unaliased(results, tensors)
 
@@ -637,13 +673,29 @@ def _empty_results(
 ) -> tuple[Any, list[torch.Tensor]]:
     """The description of entry ``key``'s results on these arguments, and empty tensors of
     their shapes and dtypes (:func:`_abstract_results`; ``fresh`` as there)."""
+    inputs = _empty_inputs(tensors, ints, floats)
+    structure, leaves = _abstract_results(_entry(key), *inputs, fresh=fresh)
+    return structure, _empties(leaves, tensors)
+
+
+def _empty_inputs(
+    tensors: list[torch.Tensor], ints: list[int], floats: list[float]
+) -> tuple[Any, tuple[int, ...], tuple[float, ...]]:
+    """The inputs :func:`_abstract_results` keys its answers by (shapes and dtypes, ints,
+    floats), from the op's arguments."""
     # int() of a symbolic size guards on its value: the graph is specialised per shape.
     shapes = tuple((tuple(int(d) for d in t.shape), t.dtype) for t in tensors)
     values = tuple(int(i) for i in ints)
     reals = tuple(float(f) for f in floats)  # likewise a guard on a symbolic float's value
-    structure, leaves = _abstract_results(_entry(key), shapes, values, reals, fresh=fresh)
+    return shapes, values, reals
+
+
+def _empties(
+    leaves: list[tuple[tuple[int, ...], torch.dtype]], tensors: list[torch.Tensor]
+) -> list[torch.Tensor]:
+    """Empty tensors of these shapes and dtypes, on the inputs' device."""
     device = tensors[0].device if tensors else _default_device()
-    return structure, [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in leaves]
+    return [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in leaves]
 
 
 def _abstract_results(
@@ -670,10 +722,44 @@ def _abstract_results(
         args, kwargs = _call_arguments(entry, iter(arrays), iter(ints), iter(floats))
         return entry.fn(*args, **kwargs)
 
-    structure, leaves = _describe_result(jax.eval_shape(fn, *specs))
+    closed, shapes_out = jax.make_jaxpr(fn, return_shape=True)(*specs)
+    structure, leaves = _describe_result(shapes_out)
     found = structure, [(tuple(a.shape), _torch_dtype(a.dtype)) for a in leaves]
     entry.abstract[inputs] = found
+    entry.semantics[inputs] = _semantics(closed)
     return found
+
+
+def _semantics(closed: Any) -> str:
+    """A digest of what a traced function computes: its jaxpr's text (JAX prints no
+    addresses; nested jaxprs included) and the values of the constants it closes over, at
+    any depth. Alike in every process tracing the same computation; not alike for two
+    closures of one code over other weights. (A ``custom_jvp``'s rule and a callback are
+    read by name.)"""
+    digest = hashlib.sha256(str(closed).encode())
+    for const in _consts(closed):
+        digest.update(
+            repr((getattr(const, "shape", None), str(getattr(const, "dtype", "")))).encode()
+        )
+        try:
+            if jnp.issubdtype(const.dtype, jax.dtypes.prng_key):
+                const = jax.random.key_data(const)
+            data: Any = np.ascontiguousarray(np.asarray(const)).reshape(-1).view(np.uint8)
+        except Exception:  # not an array: its repr
+            data = repr(const).encode()
+        digest.update(data)
+    return digest.hexdigest()[:16]
+
+
+def _consts(closed: Any) -> Iterator[Any]:
+    """The constants of a closed jaxpr and of every jaxpr nested in its equations."""
+    yield from getattr(closed, "consts", ())
+    jaxpr = getattr(closed, "jaxpr", closed)
+    for eqn in getattr(jaxpr, "eqns", ()):
+        for param in eqn.params.values():
+            for inner in param if isinstance(param, (tuple, list)) else (param,):
+                if hasattr(inner, "eqns") or hasattr(inner, "consts"):
+                    yield from _consts(inner)
 
 
 @torch.library.custom_op(PROBE_NAME, mutates_args=())
@@ -692,7 +778,11 @@ def _probe_fake(
 ) -> list[torch.Tensor]:
     # The op's fake implementation, but for the check of one result structure per key: the
     # probe's key names no results (the signed key that follows it does, and checks).
-    return _empty_results(key, tensors, ints, floats, fresh=True)[1]
+    # What the trace read is kept for that signed key (traced_call makes it next).
+    inputs = _empty_inputs(tensors, ints, floats)
+    _, found = _abstract_results(_entry(key), *inputs, fresh=True)
+    _traced.semantics = (key, _entry(key).semantics[inputs])
+    return _empties(found, tensors)
 
 
 def add_entry(fn: Callable[..., Any], args_structure: Any, *, jitted: bool) -> str:

@@ -9,19 +9,18 @@ the function (for a ``jax.jit`` wrapper: the function it wraps, and its options;
 bound method: its object and its function), held weakly: the table never keeps a function
 alive, and forgets it when it dies.
 
-The custom op's key must mean the same function in every process, since
-``torch.compile`` caches graphs (the key in them) on disk and ``torch.export`` saves them:
-a process that loads a program runs the function its key names there. The key is derived
-from a fingerprint of the function's code, of the values it closes over and the globals it
-reads (NumPy and JAX arrays by value: two closures of one code over different weights of
-one shape are two functions; containers and objects' attributes, ``__slots__`` included,
-to any depth; code four functions deep), and of its ``jit`` options (:class:`Description`).
-Functions alike in all of these compute alike; they are numbered in the order they are
-met (a number freed by a function's death going to the next one met), which tells apart
-only what the fingerprint cannot read: a program traced in another process is refused a
-function whose description is incomplete. The fingerprint is made when a compiled or
-exported graph first names the function (reading a large closed-over array once then),
-not when a wrapper is made: an eager call never pays for it.
+The custom op's key names the function in a compiled graph; torch caches graphs (the key
+in them) on disk and ``torch.export`` saves them, so the key must be the same in every
+process that makes the function. Its function part is derived from a fingerprint of the
+function's code, of the values it closes over and the globals it loads (arrays by shape
+and dtype, small NumPy arrays by value too; objects by their attributes, ``__slots__``
+included, to a depth), and of its ``jit`` options; functions alike in all of these
+(closures over different arrays of one shape, say) are numbered in the order they are met,
+a number freed by a function's death going to the next one met. The fingerprint names the
+function cheaply; what it computes is read from its jaxpr, per shape, into the key of each
+call (``_custom_op.py``: the semantics), which tells such functions apart across
+processes. It is made when a graph first names the function, not when a wrapper is made:
+an eager call never pays for it.
 """
 
 from __future__ import annotations
@@ -35,10 +34,8 @@ import threading
 import types
 import weakref
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 
 from .. import _private
@@ -75,9 +72,6 @@ class Function:
         self._strong: Callable[..., Any] | None = None if shared else fn
         self._weak: Any = weakref.ref(fn) if shared else None
         self._op_key: str | None = None
-        #: Whether the fingerprint in :attr:`op_key` saw every value the function reads
-        #: (:class:`Description`); read once the key is made.
-        self.complete = False
         #: What this process's wrappers of it are registered by (``_custom_op.register``):
         #: unique in the process, made at once, unlike :attr:`op_key`.
         self.token = f"{name}~{next(_tokens)}"
@@ -115,10 +109,9 @@ class Function:
         """The name of this function in the custom op's graphs, the same in every process
         that makes the same function (see the module docstring)."""
         if self._op_key is None:
-            fingerprint, complete = _fingerprint(self)  # (unlocked: it may read much)
+            fingerprint = _fingerprint(self)  # (unlocked: it may read much)
             with _lock:
                 if self._op_key is None:  # (not another thread's meanwhile)
-                    self.complete = complete
                     self._op_key = _number(self, fingerprint)
         return self._op_key
 
@@ -211,160 +204,95 @@ def _number(function: Function, fingerprint: str) -> str:
     return f"{function.name}@{fingerprint}#{number}"
 
 
-def _fingerprint(function: Function) -> tuple[str, bool]:
-    """The digest of what ``function`` is, and whether the description saw all of it."""
+def _fingerprint(function: Function) -> str:
     fn = function.live()
     found = _anchor(fn)
-    description = Description()
-    described = description.of(fn if found is None else found)
-    return hashlib.sha256(repr(described).encode()).hexdigest()[:16], description.complete
+    described = describe(fn if found is None else found)
+    return hashlib.sha256(repr(described).encode()).hexdigest()[:16]
 
 
 #: The attribute a ``jax_call`` wrapper names its JAX function by (a description reads it,
 #: not the wrapper's closure, which holds what this process registered it as).
 WRAPS = "__jax_call_wraps__"
-#: How many functions deep a description follows code (a function's globals' globals...).
+#: How deep :func:`describe` looks into values (a function's globals' globals...).
 DEPTH = 4
-#: The most values one description reads (a closure over a large object graph): past it,
-#: the description is incomplete.
-BUDGET = 20_000
+#: NumPy arrays of up to this many bytes are described by value too: a mask or an index
+#: list closed over can decide a result's shape (larger ones, weights, by shape and dtype).
+SMALL_ARRAY = 32 * 1024
 _SCALARS = (type(None), bool, int, float, complex, str, bytes)
 
 
-def describe(value: Any) -> Any:
+def describe(value: Any, depth: int = DEPTH, seen: frozenset[int] = frozenset()) -> Any:
     """A description of ``value`` that is the same in every process making it alike: code
-    by its bytecode and constants, NumPy and JAX arrays by shape, dtype and a digest of
-    their values, scalars by value, containers and objects' attributes to any depth
-    (see :class:`Description`).
+    by its bytecode and constants, arrays by shape and dtype, scalars by value, other
+    objects by type (and their attributes, to a depth).
 
     Example:
         >>> import jax.numpy as jnp
         >>> describe(jnp.zeros((2, 3))) == describe(jnp.ones((2, 3)))
-        False
-        >>> nested = lambda: {"a": {"b": {"c": [jnp.ones(2)]}}}
-        >>> describe(nested()) == describe(nested())
         True
         >>> describe(lambda x: x * 2) == describe(lambda x: x * 3)
         False
     """
-    return Description().of(value)
-
-
-class Description:
-    """One description (:func:`describe`) and whether it is complete: it saw every value
-    the function reads, except what no description can (the state of an object that keeps
-    none in attributes, such as a C extension's). Incomplete: code more than :data:`DEPTH`
-    functions deep, more than :data:`BUDGET` values, an array whose values cannot be read
-    (a tracer, a deleted array, a torch tensor), a structure Python cannot recurse into.
-    Two functions whose descriptions are equal and complete compute alike."""
-
-    def __init__(self) -> None:
-        self.complete = True
-        self._left = BUDGET
-
-    def of(self, value: Any, depth: int = DEPTH, seen: frozenset[int] = frozenset()) -> Any:
-        """The description of ``value``, code followed ``depth`` functions deep."""
-        if isinstance(value, _SCALARS):
-            return repr(value)
-        if id(value) in seen:  # a cycle: described where the walk met it first
-            return ("cycle", _type_name(type(value)))
-        self._left -= 1
-        if depth <= 0 or self._left < 0:
-            self.complete = False
-            return ("...", _type_name(type(value)))
-        try:
-            return self._of(value, depth, seen | {id(value)})
-        except RecursionError:
-            self.complete = False
-            return ("...", _type_name(type(value)))
-        except Exception:  # an attribute that raises when read: the type says enough
-            return ("object", _type_name(type(value)))
-
-    def _of(self, value: Any, depth: int, seen: frozenset[int]) -> Any:
-        of = self.of
-        if isinstance(value, types.FunctionType):
-            wrapped = getattr(value, WRAPS, None)
-            if wrapped is not None:  # a jax_call wrapper: its registration is the process's
-                return ("jax_call", of(wrapped, depth, seen))
-            return self._function(value, depth - 1, seen)
-        if isinstance(value, types.CodeType):
-            return self._code(value, depth - 1, seen)
-        if isinstance(value, types.MethodType):
-            return ("method", of(value.__func__, depth, seen), of(value.__self__, depth, seen))
-        if isinstance(value, functools.partial):
-            keywords = tuple(sorted((k, of(v, depth, seen)) for k, v in value.keywords.items()))
-            return ("partial", of(value.func, depth, seen), of(value.args, depth, seen), keywords)
-        if isinstance(value, types.ModuleType):
-            return ("module", value.__name__)
-        if isinstance(value, type):
-            return ("type", _type_name(value))
-        if callable(getattr(value, "lower", None)) and hasattr(value, "__wrapped__"):
-            options = _private.jit_options(value)
-            return ("jit", of(value.__wrapped__, depth, seen), repr(options))
-        shape, dtype = getattr(value, "shape", None), getattr(value, "dtype", None)
-        if isinstance(shape, tuple) and dtype is not None:
-            digest = _values_digest(value)
-            if digest is None:
-                self.complete = False
-            return ("array", _type_name(type(value)), shape, str(dtype), digest)
-        if isinstance(value, (tuple, list)):
-            return (type(value).__name__, tuple(of(v, depth, seen) for v in value))
-        if isinstance(value, (set, frozenset)):
-            return ("set", tuple(sorted(repr(of(v, depth, seen)) for v in value)))
-        if isinstance(value, dict):
-            return ("dict", tuple((repr(k), of(v, depth, seen)) for k, v in value.items()))
-        attributes = getattr(value, "__dict__", None)
-        slots = _slot_values(value)
-        if isinstance(attributes, dict) or slots:
-            described = of(attributes, depth, seen) if isinstance(attributes, dict) else None
-            return ("object", _type_name(type(value)), described, of(slots, depth, seen))
+    if isinstance(value, _SCALARS):
+        return repr(value)
+    if depth <= 0 or id(value) in seen:
+        return ("...", _type_name(type(value)))
+    try:
+        return _describe(value, depth - 1, seen | {id(value)})
+    except Exception:  # an attribute that raises when read: the type says enough
         return ("object", _type_name(type(value)))
 
-    def _function(self, fn: types.FunctionType, depth: int, seen: frozenset[int]) -> Any:
-        of = self.of
-        cells = tuple(_cell_contents(cell) for cell in fn.__closure__ or ())
-        names = _global_names(fn.__code__)
-        globals_read = tuple(
-            (name, of(fn.__globals__[name], depth, seen))
-            for name in names
-            if name in fn.__globals__
-        )
+
+def _describe(value: Any, deeper: int, seen: frozenset[int]) -> Any:
+    if isinstance(value, types.FunctionType):
+        return _describe_function(value, deeper, seen)
+    if isinstance(value, types.CodeType):
+        return _describe_code(value, deeper, seen)
+    if isinstance(value, types.MethodType):
         return (
-            "function",
-            fn.__module__,
-            fn.__qualname__,
-            self._code(fn.__code__, depth, seen),
-            of(fn.__defaults__, depth, seen),
-            of(fn.__kwdefaults__, depth, seen),
-            tuple(of(c, depth, seen) for c in cells),
-            globals_read,
+            "method",
+            describe(value.__func__, deeper, seen),
+            describe(value.__self__, deeper, seen),
         )
-
-    def _code(self, code: types.CodeType, depth: int, seen: frozenset[int]) -> Any:
-        consts = tuple(
-            self._code(c, depth, seen) if isinstance(c, types.CodeType) else self.of(c, depth, seen)
-            for c in code.co_consts
+    if isinstance(value, functools.partial):
+        keywords = tuple(sorted((k, describe(v, deeper, seen)) for k, v in value.keywords.items()))
+        return (
+            "partial",
+            describe(value.func, deeper, seen),
+            describe(value.args, deeper, seen),
+            keywords,
         )
-        signature = (code.co_argcount, code.co_kwonlyargcount, code.co_flags)
-        return ("code", code.co_name, signature, code.co_code.hex(), consts, code.co_names)
-
-
-def _values_digest(array: Any) -> str | None:
-    """A digest of a NumPy or JAX array's values; ``None`` where they cannot be read (a
-    tracer, a deleted array, objects, whose bytes are addresses; another library's array).
-    A JAX array on an accelerator is copied to the host to be read."""
-    if not isinstance(array, (np.ndarray, np.generic, jax.Array)):
-        return None
-    try:
-        if jnp.issubdtype(array.dtype, jax.dtypes.prng_key):
-            array = jax.random.key_data(cast(jax.Array, array))  # a typed key: its bits
-        host = np.asarray(array)
-    except Exception:  # a tracer, a deleted or donated array
-        return None
-    if host.dtype.hasobject:
-        return None
-    data: Any = np.ascontiguousarray(host).reshape(-1).view(np.uint8)  # read in place
-    return hashlib.sha256(data).hexdigest()[:16]
+    if isinstance(value, types.ModuleType):
+        return ("module", value.__name__)
+    if isinstance(value, type):
+        return ("type", _type_name(value))
+    if callable(getattr(value, "lower", None)) and hasattr(value, "__wrapped__"):
+        options = _private.jit_options(value)
+        return ("jit", describe(value.__wrapped__, deeper, seen), repr(options))
+    shape, dtype = getattr(value, "shape", None), getattr(value, "dtype", None)
+    if isinstance(shape, tuple) and dtype is not None:
+        if (  # a small array may decide shapes; objects' bytes are addresses
+            type(value) is np.ndarray and value.nbytes <= SMALL_ARRAY and not value.dtype.hasobject
+        ):
+            digest = hashlib.sha256(np.ascontiguousarray(value).tobytes()).hexdigest()[:16]
+            return ("array", "numpy.ndarray", shape, str(dtype), digest)
+        return ("array", _type_name(type(value)), shape, str(dtype))
+    if isinstance(value, (tuple, list)):
+        return (type(value).__name__, tuple(describe(v, deeper, seen) for v in value))
+    if isinstance(value, (set, frozenset)):
+        return ("set", tuple(sorted(repr(describe(v, deeper, seen)) for v in value)))
+    if isinstance(value, dict):
+        return (  # a key's description, not its repr (an object's holds its address)
+            "dict",
+            tuple((describe(k, deeper, seen), describe(v, deeper, seen)) for k, v in value.items()),
+        )
+    attributes = getattr(value, "__dict__", None)
+    slots = _slot_values(value)
+    if isinstance(attributes, dict) or slots:
+        described = describe(attributes, deeper, seen) if isinstance(attributes, dict) else None
+        return ("object", _type_name(type(value)), described, describe(slots, deeper, seen))
+    return ("object", _type_name(type(value)))
 
 
 def _slot_values(value: Any) -> dict[str, Any]:
@@ -384,6 +312,29 @@ def _type_name(cls: type) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
+def _describe_function(fn: types.FunctionType, depth: int, seen: frozenset[int]) -> Any:
+    wrapped = getattr(fn, WRAPS, None)
+    if wrapped is not None:  # a jax_call wrapper: its closure holds this process's token
+        return ("jax_call", describe(wrapped, depth, seen))
+    cells = tuple(_cell_contents(cell) for cell in fn.__closure__ or ())
+    names = _global_names(fn.__code__)
+    globals_read = tuple(
+        (name, describe(fn.__globals__[name], depth, seen))
+        for name in names
+        if name in fn.__globals__
+    )
+    return (
+        "function",
+        fn.__module__,
+        fn.__qualname__,
+        _describe_code(fn.__code__, depth, seen),
+        describe(fn.__defaults__, depth, seen),
+        describe(fn.__kwdefaults__, depth, seen),
+        tuple(describe(c, depth, seen) for c in cells),
+        globals_read,
+    )
+
+
 _EMPTY = object()
 
 
@@ -397,7 +348,7 @@ def _cell_contents(cell: Any) -> Any:
 def _global_names(code: types.CodeType) -> tuple[str, ...]:
     """The globals ``code`` (and the code nested in it) loads, in order: not every name in
     ``co_names``, which holds attribute names too (``cfg.layer`` is no read of a global
-    ``layer``)."""
+    ``layer``: reading one, a jax_call wrapper say, put what it holds into the key)."""
     names = [
         instruction.argval
         for instruction in dis.get_instructions(code)
@@ -410,3 +361,14 @@ def _global_names(code: types.CodeType) -> tuple[str, ...]:
 
 
 _GLOBAL_LOADS = frozenset({"LOAD_GLOBAL", "LOAD_NAME"})
+
+
+def _describe_code(code: types.CodeType, depth: int, seen: frozenset[int]) -> Any:
+    consts = tuple(
+        _describe_code(c, depth, seen)
+        if isinstance(c, types.CodeType)
+        else describe(c, depth, seen)
+        for c in code.co_consts
+    )
+    signature = (code.co_argcount, code.co_kwonlyargcount, code.co_flags)
+    return ("code", code.co_name, signature, code.co_code.hex(), consts, code.co_names)

@@ -141,3 +141,25 @@ def test_a_warm_cache_never_serves_a_graph_built_for_other_result_dtypes(tmp_pat
     assert half["hits"] == brain["hits"] == 0 and again["hits"] >= 1  # still served warm
     for report in (half, brain, again):
         assert report["loss"] < 1e-3 and report["grad"] < 1e-2, report
+
+
+SIZED = CONFIGURED.replace(
+    "return jnp.tanh(x @ w).astype(sys.argv[1])", "return jnp.tanh(x @ w)[:, : int(sys.argv[1])]"
+)
+
+
+def test_a_warm_cache_never_serves_a_graph_built_for_other_result_shapes(tmp_path):
+    """A function whose results' shapes alone changed between runs (a size read from what
+    its fingerprint does not read) was served the first run's graph: inductor's own size
+    check raised (an AssertionError until the cache was cleared). The key names what the
+    function computes on the traced inputs (its jaxpr), shapes included."""
+    assert SIZED != CONFIGURED
+    script = tmp_path / "sized.py"
+    script.write_text(SIZED)
+    cache = tmp_path / "cache"
+    wide = _run(script, cache, "8")
+    narrow = _run(script, cache, "4")
+    again = _run(script, cache, "4")
+    assert wide["hits"] == narrow["hits"] == 0 and again["hits"] >= 1
+    for report in (wide, narrow, again):
+        assert report["loss"] < 1e-3 and report["grad"] < 1e-2, report

@@ -111,8 +111,8 @@ def test_a_loaded_program_without_its_function_is_refused_naming_the_fix(saved, 
     program, _ = saved
     name, message = _run(LOAD, str(program), "other weights only", tmp_path=tmp_path)
     assert name == "LoadedGraphError"
-    assert "no live jax_call wrapper" in message and "torch.export" in message
-    assert "closing over the same values" in message
+    assert "computes what the graph running it was traced with" in message
+    assert "the same weights" in message
 
 
 def test_a_program_saves_and_loads_in_one_process():
@@ -131,16 +131,28 @@ def test_a_program_saves_and_loads_in_one_process():
     torch.testing.assert_close(torch.export.load(buffer).module()(x), x * 2 + 1)
 
 
-def test_closures_over_arrays_of_one_shape_are_told_apart_by_value():
+STRUCTURE = _custom_op._as_call(("tuple", (_custom_op.TENSOR,)))
+SHAPES = (((4,), torch.float32),)
+
+
+def _signature(fn: object) -> str:
+    """The signature a graph traced with ``fn`` on a float32 vector of 4 holds: its
+    results' dtypes and ranks, and its semantics."""
+    entry = _custom_op.Entry(fn, STRUCTURE, jitted=True)  # type: ignore[arg-type]
+    inputs = (SHAPES, (), ())
+    _, leaves = _custom_op._abstract_results(entry, *inputs, fresh=True)
+    results = _custom_op._digest(tuple((str(dtype), len(shape)) for shape, dtype in leaves))
+    return f"{results}.{entry.semantics[inputs]}"
+
+
+def test_closures_over_arrays_of_one_shape_compute_otherwise_by_their_values():
     def make(w):
         return jax.jit(lambda x: x * w)
 
     ones, tens = jnp.ones(4), jnp.full(4, 10.0)
-    fns = [make(w) for w in (ones, tens, np.ones(4))]  # (alive while their keys are made)
-    keys = [_functions.function_for(f).op_key for f in fns]
-    prints = [key.rpartition("#")[0] for key in keys]
-    assert prints[0] != prints[1] != prints[2]
-    assert _functions.describe(make(ones)) == _functions.describe(make(jnp.ones(4)))
+    signatures = [_signature(make(w)) for w in (ones, tens, jnp.ones(4), np.ones(4, np.float32))]
+    assert signatures[0] != signatures[1]
+    assert signatures[0] == signatures[2] == signatures[3]
 
 
 def test_an_eager_call_makes_no_fingerprint():
@@ -214,32 +226,34 @@ class _Layer:
         lambda v: (lambda k: jax.jit(lambda x: x + jax.random.normal(k, (4,))))(
             jax.random.key(int(v))
         ),
+        lambda v: (lambda t: jax.jit(lambda x: x * t.sum().item()))(torch.full((4,), v)),
     ],
-    ids=["object", "method", "partial of nested dicts", "typed key"],
+    ids=["object", "method", "partial of nested dicts", "typed key", "torch tensor read"],
 )
-def test_values_deep_in_what_a_function_reads_tell_it_apart(make):
-    """The description stopped four levels into values: two layers of one code over other
-    weights kept in attributes of attributes had one key, and a loaded program ran either."""
-    fns = [make(1.0), make(10.0), make(1.0)]
-    functions = [_functions.function_for(f) for f in fns]
-    prints = [f.op_key.rpartition("#")[0] for f in functions]
-    assert prints[0] != prints[1] and prints[0] == prints[2]
-    assert all(f.complete for f in functions)
+def test_a_loaded_key_runs_the_function_it_was_traced_with_wherever_it_keeps_its_values(make):
+    """A graph traced elsewhere names its function by a fingerprint that reads values by
+    shape, to a depth: the loading process runs the live function whose jaxpr on the
+    call's inputs (closed-over values included) is the traced one, whichever it met
+    first, and refuses where none is."""
+    saved = make(1.0)
+    key = _custom_op.forward_key(_functions.function_for(saved).op_key, STRUCTURE)
+    key = f"{key}|{_signature(saved)}"
+    other, mine = make(10.0), make(1.0)
+    wrappers = [interop.jax_call(f) for f in (other, mine)]  # the other layer met first
+    x = torch.arange(4.0)
+    (out,) = _custom_op.jax_call_op(key, [x], [], [])
+    torch.testing.assert_close(out, interop.jax_call(mine)(x))
+    del wrappers[1], mine
+    _custom_op._entries.pop(key)  # a process that has the other layer alone
+    with pytest.raises(interop.errors.LoadedGraphError, match="computes what the graph"):
+        _custom_op.jax_call_op(key, [x], [], [])
+    del saved
 
 
 def _loaded_key(fn: object) -> str:
     """The key a graph traced in another process would hold for a one-tensor call of ``fn``."""
     structure = _custom_op._as_call(("tuple", (_custom_op.TENSOR,)))
     return _custom_op.forward_key(_functions.function_for(fn).op_key, structure)
-
-
-def test_a_loaded_key_of_a_function_its_fingerprint_cannot_read_whole_is_refused():
-    weights = torch.full((4,), 2.0)  # a torch tensor: no digest of its values
-    f = jax.jit(lambda x: x * weights.sum().item())
-    wrapper = interop.jax_call(f)
-    with pytest.raises(interop.errors.LoadedGraphError, match="cannot see all of"):
-        _custom_op._entry(_loaded_key(f))
-    del wrapper
 
 
 def test_a_loaded_key_of_other_settings_says_so_before_looking_for_the_function():
@@ -284,7 +298,7 @@ KEYED = textwrap.dedent(
         return x * cfg.layer.scale  # reads cfg; 'layer' is an attribute, not the global
 
     layer = interop.jax_call(head)  # a global of that name: this process's registration
-    print("REPORT", _functions.function_for(head).op_key, _functions.function_for(head).complete)
+    print("REPORT", _functions.function_for(head).op_key)
     """
 )
 
@@ -305,4 +319,4 @@ def test_a_function_keys_alike_in_every_process_whatever_globals_share_its_attri
         )
         (line,) = [x for x in done.stdout.splitlines() if x.startswith("REPORT ")]
         keys.append(line.split()[1:])
-    assert keys[0] == keys[1] and keys[0][1] == "True", keys
+    assert keys[0] == keys[1], keys
