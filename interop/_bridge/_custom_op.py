@@ -459,36 +459,45 @@ def _live_callers(function_key: str) -> list[_Caller]:
 
 
 def _choose(
-    entry: Entry, tensors: list[torch.Tensor], ints: list[int], floats: list[float]
+    key: str, entry: Entry, tensors: list[torch.Tensor], ints: list[int], floats: list[float]
 ) -> None:
     """Before a loaded entry's first call: run the candidate whose jaxpr on these inputs
     is the one the graph was traced with (its semantics, in the key's signature), and
-    refuse where none is. A key without semantics keeps the first candidate."""
-    assert entry.signature is not None and entry.candidates is not None
-    wanted = entry.signature.partition(".")[2]
+    refuse where none is. A key that names no semantics runs its candidate only where the
+    candidates all compute alike."""
+    candidates, entry.candidates = entry.candidates or [], None
+    wanted = (entry.signature or "").partition(".")[2]
     shapes = tuple((tuple(t.shape), t.dtype) for t in tensors)
     inputs = (shapes, tuple(ints), tuple(floats))
-    if wanted and wanted != "-":
-        for caller in entry.candidates:
-            entry.fn, entry.jitted, entry.owner = caller.fn, caller.function.jitted, caller.function
-            entry.abstract.clear()
-            entry.semantics.clear()
-            try:
-                _abstract_results(entry, *inputs, fresh=True)
-            except Exception:  # not this one: it cannot take these arguments
-                continue
-            if entry.semantics.get(inputs) == wanted:
-                break
-        else:
-            raise LoadedGraphError(
-                f"jax_call: no live jax_call wrapper of {entry.candidates[0].function.name!r} "
-                "in this process computes what the graph running it was traced with (it "
-                "was traced in another process; its jaxpr on these inputs, closed-over "
-                "values included, is another): make the wrapper of the function the graph "
-                "was made with, over the same values (the same weights), or export or "
-                "compile it again."
-            )
-    entry.candidates = None
+    found: dict[str, _Caller] = {}
+    for caller in candidates:
+        entry.fn, entry.jitted, entry.owner = caller.fn, caller.function.jitted, caller.function
+        entry.abstract.clear()
+        entry.semantics.clear()
+        try:
+            _abstract_results(entry, *inputs, fresh=True)
+        except Exception:  # not this one: it cannot take these arguments
+            continue
+        semantics = entry.semantics[inputs]
+        if semantics == wanted:
+            return
+        found.setdefault(semantics, caller)
+    name = candidates[0].function.name if candidates else "?"
+    if wanted in ("", "-") and len(found) == 1:  # nothing to tell apart
+        (caller,) = found.values()
+        entry.fn, entry.jitted, entry.owner = caller.fn, caller.function.jitted, caller.function
+        return
+    with _lock:  # the next call looks for the candidates again (they hold no wrapper)
+        if _entries.get(key) is entry:
+            del _entries[key]
+    raise LoadedGraphError(
+        f"jax_call: no live jax_call wrapper of {name!r} in this process computes what the "
+        "graph running it was traced with (it was traced in another process; its jaxpr on "
+        "these inputs, closed-over values included, is another"
+        + (", or several compute otherwise and the key names none" if len(found) > 1 else "")
+        + "): make the wrapper of the function the graph was made with, over the same "
+        "values (the same weights), or export or compile it again."
+    )
 
 
 def _check_signature(entry: Entry, results: list[torch.Tensor]) -> None:
@@ -605,7 +614,7 @@ def jax_call_op(
     arrays = iter([handoff(t.detach()) for t in tensors])
     args, kwargs = _call_arguments(entry, arrays, iter(ints), iter(floats))
     if entry.candidates is not None:  # a graph traced elsewhere: its first call here
-        _choose(entry, tensors, ints, floats)
+        _choose(key, entry, tensors, ints, floats)
     structure, leaves = _describe_result(entry.fn(*args, **kwargs))
     _record(entry, structure)
     results = [_dense(to_torch(jnp.asarray(leaf))) for leaf in leaves]

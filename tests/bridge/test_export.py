@@ -10,6 +10,7 @@ a program with no wrapper of its function is refused, naming what to do.
 from __future__ import annotations
 
 import functools
+import gc
 import io
 import json
 import os
@@ -18,6 +19,7 @@ import sys
 import textwrap
 import types
 from pathlib import Path
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -170,7 +172,11 @@ def test_a_loaded_key_whose_function_returns_other_dtypes_is_refused():
     """A key made in another process names the results' dtypes and ranks its graph bakes
     in; a function that returns others here (a dtype read from a config) is refused at its
     first call, not read as the wrong dtype."""
-    f = jax.jit(lambda x: x.astype(jnp.float16))
+
+    def to_half(x: jax.Array) -> jax.Array:  # (its name is its own: one candidate)
+        return x.astype(jnp.float16)
+
+    f = jax.jit(to_half)
     wrapper = interop.jax_call(f)
     function = _functions.function_for(f)
     structure = _custom_op._as_call(("tuple", (_custom_op.TENSOR,)))
@@ -320,3 +326,25 @@ def test_a_function_keys_alike_in_every_process_whatever_globals_share_its_attri
         (line,) = [x for x in done.stdout.splitlines() if x.startswith("REPORT ")]
         keys.append(line.split()[1:])
     assert keys[0] == keys[1], keys
+
+
+def test_a_loaded_key_naming_no_semantics_runs_no_function_it_cannot_tell_apart():
+    """A key whose probe's trace was not read names no semantics: with two live wrappers
+    of its name that compute otherwise, the first met ran, whichever it was."""
+
+    def scaled_by(w: jax.Array) -> Any:
+        def tell_apart_layer(x: jax.Array) -> jax.Array:
+            return x * w
+
+        return jax.jit(tell_apart_layer)
+
+    one, ten = scaled_by(jnp.ones(4)), scaled_by(jnp.full(4, 10.0))
+    wrappers = [interop.jax_call(f) for f in (one, ten)]
+    forward = _custom_op.forward_key(_functions.function_for(one).op_key, STRUCTURE)
+    key = f"{forward}|{_custom_op._digest((('torch.float32', 1),))}.-"
+    with pytest.raises(interop.errors.LoadedGraphError, match="several compute otherwise"):
+        _custom_op.jax_call_op(key, [torch.ones(4)], [], [])
+    del wrappers[1], ten
+    gc.collect()
+    (out,) = _custom_op.jax_call_op(key, [torch.ones(4)], [], [])  # one left: it runs
+    torch.testing.assert_close(out, torch.ones(4))
