@@ -73,6 +73,7 @@ from . import _vjp
 from ._autograd import OVERWRITE_NOTE, is_differentiated
 from ._exchange import compact_cotangent, to_jax_or_copy
 from ._functions import Function
+from ._functions import describe as describe_function
 from ._handoff import JAX_DTYPES, SHARED_DTYPES, TORCH_DTYPES, check_wide_dtype, to_jax, to_torch
 from ._reach import reached
 
@@ -275,10 +276,14 @@ class Entry:
 _entries: dict[str, Entry] = {}
 #: Per thread, ``(key, semantics)`` of the probe traced last (:func:`_signed_key` reads it).
 _traced = threading.local()
+#: Held while a loaded entry's function is chosen (:func:`_choose`).
+_choosing = threading.Lock()
+renew_after_fork(sys.modules[__name__], "_choosing")  # after a fork: free
 #: Bumped whenever what the op's graphs compute changes (torch caches compiled graphs on
 #: disk, keyed by the graph, which names the op's key, not by this library's code):
-#: 2 = a result the loss ignores gets no cotangent, an input no gradient reaches ``None``.
-OP_SEMANTICS = 2
+#: 2 = a result the loss ignores gets no cotangent, an input no gradient reaches ``None``;
+#: 3 = a call's signed key names what the function computes (loaded graphs choose by it).
+OP_SEMANTICS = 3
 #: Marks a backward's key: ``<forward key>'<differentiated mask>.<given mask>``.
 BACKWARD = "'"
 _MASKS = re.compile(r"[01]*\.[01]*")
@@ -462,38 +467,38 @@ def _choose(
     key: str, entry: Entry, tensors: list[torch.Tensor], ints: list[int], floats: list[float]
 ) -> None:
     """Before a loaded entry's first call: run the candidate whose jaxpr on these inputs
-    is the one the graph was traced with (its semantics, in the key's signature), and
-    refuse where none is. A key that names no semantics runs its candidate only where the
-    candidates all compute alike."""
-    candidates, entry.candidates = entry.candidates or [], None
-    wanted = (entry.signature or "").partition(".")[2]
-    shapes = tuple((tuple(t.shape), t.dtype) for t in tensors)
-    inputs = (shapes, tuple(ints), tuple(floats))
-    found: dict[str, _Caller] = {}
-    for caller in candidates:
-        entry.fn, entry.jitted, entry.owner = caller.fn, caller.function.jitted, caller.function
-        entry.abstract.clear()
-        entry.semantics.clear()
-        try:
-            _abstract_results(entry, *inputs, fresh=True)
-        except Exception:  # not this one: it cannot take these arguments
-            continue
-        semantics = entry.semantics[inputs]
-        if semantics == wanted:
+    (and its gradient's) is the one the graph was traced with (its semantics, in the key's
+    signature), and refuse where none is. A key that names no semantics runs its candidate
+    only where the candidates all compute alike. One thread chooses; the others wait."""
+    with _choosing:
+        candidates = entry.candidates
+        if candidates is None:  # another thread chose meanwhile
             return
-        found.setdefault(semantics, caller)
+        wanted = (entry.signature or "").partition(".")[2]
+        inputs = _empty_inputs(tensors, ints, floats)
+        found: dict[str, _Caller] = {}
+        for caller in candidates:
+            trial = Entry(caller.fn, entry.structure, caller.function.jitted)
+            try:
+                _abstract_results(trial, *inputs, fresh=True, semantics=True)
+            except Exception:  # not this one: it cannot take these arguments
+                continue
+            found.setdefault(trial.semantics[inputs], caller)
+        chosen = found.get(wanted)
+        if chosen is None and wanted in ("", "-") and len(found) == 1:  # nothing to tell apart
+            (chosen,) = found.values()
+        if chosen is not None:
+            entry.fn, entry.jitted, entry.owner = chosen.fn, chosen.function.jitted, chosen.function
+            entry.candidates = None  # last: a reader that sees None sees the function
+            return
+        with _lock:  # the next call looks for the candidates again (they hold no wrapper)
+            if _entries.get(key) is entry:
+                del _entries[key]
     name = candidates[0].function.name if candidates else "?"
-    if wanted in ("", "-") and len(found) == 1:  # nothing to tell apart
-        (caller,) = found.values()
-        entry.fn, entry.jitted, entry.owner = caller.fn, caller.function.jitted, caller.function
-        return
-    with _lock:  # the next call looks for the candidates again (they hold no wrapper)
-        if _entries.get(key) is entry:
-            del _entries[key]
     raise LoadedGraphError(
         f"jax_call: no live jax_call wrapper of {name!r} in this process computes what the "
         "graph running it was traced with (it was traced in another process; its jaxpr on "
-        "these inputs, closed-over values included, is another"
+        "these inputs, closed-over values and gradient rules included, is another"
         + (", or several compute otherwise and the key names none" if len(found) > 1 else "")
         + "): make the wrapper of the function the graph was made with, over the same "
         "values (the same weights), or export or compile it again."
@@ -714,13 +719,14 @@ def _abstract_results(
     floats: tuple[float, ...],
     *,
     fresh: bool,
+    semantics: bool = False,
 ) -> tuple[Any, list[tuple[tuple[int, ...], torch.dtype]]]:
     """The description of ``entry``'s results on tensors of ``shapes`` (``(shape, torch
     dtype)`` pairs), ``ints`` and ``floats``, and each array's shape and torch dtype
-    (``jax.eval_shape``: the JAX trace, no computation). ``fresh``: traced again (what a
-    trace reads: the function may return another dtype now, read from a config), else
-    what the last trace found, kept per inputs (the eager backend's probe, whose results
-    nothing reads)."""
+    (the JAX trace, no computation). ``fresh``: traced again (what a trace reads: the
+    function may return another dtype now, read from a config), else what the last trace
+    found, kept per inputs (the eager backend's probe, whose results nothing reads). With
+    ``semantics``, what the function computes on them is kept too (:func:`_semantics`)."""
     inputs = (shapes, ints, floats)
     kept: tuple[Any, list[tuple[tuple[int, ...], torch.dtype]]] | None = entry.abstract.get(inputs)
     if kept is not None and not fresh:
@@ -735,18 +741,48 @@ def _abstract_results(
     structure, leaves = _describe_result(shapes_out)
     found = structure, [(tuple(a.shape), _torch_dtype(a.dtype)) for a in leaves]
     entry.abstract[inputs] = found
-    entry.semantics[inputs] = _semantics(closed)
+    if semantics:
+        entry.semantics[inputs] = _semantics(closed, _backward_jaxpr(fn, specs))
     return found
 
 
-def _semantics(closed: Any) -> str:
-    """A digest of what a traced function computes: its jaxpr's text (JAX prints no
-    addresses; nested jaxprs included) and the values of the constants it closes over, at
-    any depth. Alike in every process tracing the same computation; not alike for two
-    closures of one code over other weights. (A ``custom_jvp``'s rule and a callback are
-    read by name.)"""
-    digest = hashlib.sha256(str(closed).encode())
-    for const in _consts(closed):
+def _backward_jaxpr(fn: Callable[..., Any], specs: list[Any]) -> Any:
+    """The jaxpr of ``fn``'s vector-Jacobian product on arguments of ``specs`` (its
+    ``custom_vjp`` and ``custom_jvp`` rules traced in: the forward's jaxpr names them
+    only), or ``None`` where ``fn`` has none (integers only, a ``while_loop``)."""
+
+    def pulled_back(arrays: list[Any], cotangents: list[Any]) -> Any:
+        _, pullback = jax.vjp(lambda *xs: _array_leaves(fn(*xs)), *arrays)
+        return pullback(cotangents)
+
+    try:
+        outs = jax.eval_shape(lambda *xs: _array_leaves(fn(*xs)), *specs)
+        cotangents = [
+            jax.ShapeDtypeStruct(o.shape, o.dtype)  # type: ignore[no-untyped-call]
+            if jnp.issubdtype(o.dtype, jnp.inexact)
+            else jax.ShapeDtypeStruct(o.shape, jax.dtypes.float0)  # type: ignore[no-untyped-call]
+            for o in outs
+        ]
+        return jax.make_jaxpr(pulled_back)(list(specs), cotangents)
+    except Exception:  # not differentiable: the forward says what it computes
+        return None
+
+
+def _array_leaves(result: Any) -> list[Any]:
+    return [jnp.asarray(leaf) for leaf in _describe_result(result)[1]]
+
+
+def _semantics(closed: Any, backward: Any) -> str:
+    """A digest of what a traced function computes: its jaxpr's text and that of its
+    vector-Jacobian product (JAX prints no addresses; nested jaxprs included), the values
+    of the constants they close over, at any depth, and what each callback's function
+    reads (:func:`_functions.describe`). Alike in every process tracing the same
+    computation with the same JAX; not alike for two closures of one code over other
+    weights, or with other gradient rules."""
+    digest = hashlib.sha256(f"{closed}\n{backward}".encode())
+    for callback in _callbacks(closed):
+        digest.update(repr(describe_function(callback)).encode())
+    for const in [*_consts(closed), *_consts(backward)]:
         digest.update(
             repr((getattr(const, "shape", None), str(getattr(const, "dtype", "")))).encode()
         )
@@ -760,8 +796,23 @@ def _semantics(closed: Any) -> str:
     return digest.hexdigest()[:16]
 
 
+def _callbacks(closed: Any) -> Iterator[Any]:
+    """The Python functions the callbacks of a closed jaxpr (nested ones included) call."""
+    jaxpr = getattr(closed, "jaxpr", closed)
+    for eqn in getattr(jaxpr, "eqns", ()):
+        for name, param in eqn.params.items():
+            found = getattr(param, "callback_func", None)
+            if found is not None or name == "callback":
+                yield found if found is not None else param
+            for inner in param if isinstance(param, (tuple, list)) else (param,):
+                if hasattr(inner, "eqns") or hasattr(inner, "consts"):
+                    yield from _callbacks(inner)
+
+
 def _consts(closed: Any) -> Iterator[Any]:
     """The constants of a closed jaxpr and of every jaxpr nested in its equations."""
+    if closed is None:
+        return
     yield from getattr(closed, "consts", ())
     jaxpr = getattr(closed, "jaxpr", closed)
     for eqn in getattr(jaxpr, "eqns", ()):
@@ -778,7 +829,30 @@ def jax_call_probe(
     """Empty tensors of the shapes and dtypes ``jax_call_op`` returns for the same
     arguments, computed by no JAX call (:func:`traced_call` reads their dtypes; aot_eager
     and inductor drop the unused node, the eager backend runs it: a lookup)."""
+    entry = _entry(key)
+    if entry.candidates is not None:  # a loaded graph's probe: no choice is made here
+        return _empties(_any_candidates_results(entry, tensors, ints, floats), tensors)
     return _empty_results(key, tensors, ints, floats, fresh=False)[1]
+
+
+def _any_candidates_results(
+    entry: Entry, tensors: list[torch.Tensor], ints: list[int], floats: list[float]
+) -> list[tuple[tuple[int, ...], torch.dtype]]:
+    """The results' shapes and dtypes of the first of a loaded entry's candidates that
+    takes these arguments (nothing reads a probe's results: only their number matters);
+    the choice is the op's (:func:`_choose`)."""
+    inputs = _empty_inputs(tensors, ints, floats)
+    for caller in entry.candidates or ():
+        trial = Entry(caller.fn, entry.structure, caller.function.jitted)
+        try:
+            return _abstract_results(trial, *inputs, fresh=True)[1]
+        except Exception:  # not this one: it cannot take these arguments
+            continue
+    raise LoadedGraphError(
+        "jax_call: no live jax_call wrapper of this name in this process takes the "
+        "arguments the loaded graph passes it: make the wrapper of the function the graph "
+        "was made with before running it."
+    )
 
 
 @jax_call_probe.register_fake
@@ -789,7 +863,7 @@ def _probe_fake(
     # probe's key names no results (the signed key that follows it does, and checks).
     # What the trace read is kept for that signed key (traced_call makes it next).
     inputs = _empty_inputs(tensors, ints, floats)
-    _, found = _abstract_results(_entry(key), *inputs, fresh=True)
+    _, found = _abstract_results(_entry(key), *inputs, fresh=True, semantics=True)
     _traced.semantics = (key, _entry(key).semantics[inputs])
     return _empties(found, tensors)
 

@@ -17,6 +17,8 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 import types
 from pathlib import Path
 from typing import Any
@@ -142,7 +144,7 @@ def _signature(fn: object) -> str:
     results' dtypes and ranks, and its semantics."""
     entry = _custom_op.Entry(fn, STRUCTURE, jitted=True)  # type: ignore[arg-type]
     inputs = (SHAPES, (), ())
-    _, leaves = _custom_op._abstract_results(entry, *inputs, fresh=True)
+    _, leaves = _custom_op._abstract_results(entry, *inputs, fresh=True, semantics=True)
     results = _custom_op._digest(tuple((str(dtype), len(shape)) for shape, dtype in leaves))
     return f"{results}.{entry.semantics[inputs]}"
 
@@ -348,3 +350,93 @@ def test_a_loaded_key_naming_no_semantics_runs_no_function_it_cannot_tell_apart(
     gc.collect()
     (out,) = _custom_op.jax_call_op(key, [torch.ones(4)], [], [])  # one left: it runs
     torch.testing.assert_close(out, torch.ones(4))
+
+
+def _reversal(strength: float) -> Any:
+    """A gradient-reversal layer: the identity forward, ``-strength`` times the gradient."""
+    lam = jnp.float32(strength)
+
+    @jax.custom_vjp
+    def reverse_gradient(x: jax.Array) -> jax.Array:
+        return x
+
+    reverse_gradient.defvjp(lambda x: (x, None), lambda _, g: (-lam * g,))
+    return jax.jit(lambda x: reverse_gradient(x) * 2.0)
+
+
+def test_a_loaded_key_runs_the_gradient_rules_it_was_traced_with():
+    """Two gradient-reversal layers have one forward jaxpr (the rule is named, not
+    printed): the loading process ran the first it met, and its backward gave -0.2 where
+    the traced layer's gives -2."""
+    saved = _reversal(1.0)
+    signed = f"{_custom_op.forward_key(_functions.function_for(saved).op_key, STRUCTURE)}"
+    signed += f"|{_signature(saved)}"
+    other, mine = _reversal(0.1), _reversal(1.0)
+    wrappers = [interop.jax_call(f) for f in (other, mine)]
+    x = torch.arange(4.0)
+    _custom_op.jax_call_op(signed, [x], [], [])  # the forward chooses
+    backward = _custom_op.backward_key(signed, (True,), (True,))
+    (grad,) = _custom_op.jax_call_op(backward, [x, torch.ones(4)], [], [])
+    torch.testing.assert_close(grad, torch.full((4,), -2.0))
+    del wrappers, saved
+
+
+def test_a_loaded_probe_runs_before_any_choice_and_takes_the_arguments_it_is_given():
+    """An exported graph keeps the probe node, which runs before the op chooses: it traced
+    the first wrapper of the name met, one of two arguments here (TypeError)."""
+
+    def pair() -> Any:
+        def probe_layer(a: jax.Array, b: jax.Array) -> jax.Array:
+            return a - b
+
+        return jax.jit(probe_layer)
+
+    def single() -> Any:
+        def probe_layer(x: jax.Array) -> jax.Array:
+            return x * 2
+
+        return jax.jit(probe_layer)
+
+    wrappers = [interop.jax_call(f()) for f in (pair, single)]  # the pair met first
+    key = _custom_op.forward_key(f"probe_layer@{'0' * 16}#0", STRUCTURE)  # traced elsewhere
+    (empty,) = _custom_op.jax_call_probe(key, [torch.ones(4)], [], [])
+    assert empty.shape == (4,) and empty.dtype == torch.float32
+    del wrappers
+
+
+def test_one_thread_chooses_a_loaded_functions_while_the_others_wait():
+    """Thread A was trying the right candidate when thread B made its first call: B ran the
+    candidate A was trying, or A ran the one B had set (times ten, silently)."""
+    tracing = threading.Event()
+
+    def make(scale: float, flag: threading.Event | None = None) -> Any:
+        s = jnp.float32(scale)
+
+        def slow_layer(x: jax.Array) -> jax.Array:
+            if flag is not None and threading.current_thread().name == "A":
+                flag.set()
+            time.sleep(0.2)  # Python work while tracing
+            return x * s
+
+        return slow_layer
+
+    saved = make(1.0)
+    key = f"{_custom_op.forward_key(_functions.function_for(saved).op_key, STRUCTURE)}"
+    key += f"|{_signature(saved)}"
+    wrappers = [interop.jax_call(make(10.0)), interop.jax_call(make(1.0, tracing))]
+    x = torch.arange(4.0)
+    out: dict[str, list[float]] = {}
+
+    def run(name: str) -> None:
+        if name == "B":
+            tracing.wait(timeout=30)
+            time.sleep(0.05)
+        out[name] = _custom_op.jax_call_op(key, [x], [], [])[0].tolist()
+
+    threads = [threading.Thread(target=run, args=(n,), name=n) for n in "AB"]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert out == {"A": x.tolist(), "B": x.tolist()}
+    del wrappers
