@@ -497,7 +497,8 @@ def _choose(
     name = candidates[0].function.name if candidates else "?"
     raise LoadedGraphError(
         f"jax_call: no live jax_call wrapper of {name!r} in this process computes what the "
-        "graph running it was traced with (it was traced in another process; its jaxpr on "
+        f"graph's call {key.rpartition('|')[0]!r} (arguments {entry.structure}, shapes and "
+        f"dtypes {inputs[0]}) was traced with (it was traced in another process; its jaxpr on "
         "these inputs, closed-over values and gradient rules included, is another"
         + (", or several compute otherwise and the key names none" if len(found) > 1 else "")
         + "): make the wrapper of the function the graph was made with, over the same "
@@ -677,8 +678,11 @@ def _default_device() -> torch.device:
 def _fake(
     key: str, tensors: list[torch.Tensor], ints: list[int], floats: list[float]
 ) -> list[torch.Tensor]:
+    entry = _entry(key)
+    if entry.candidates is not None:  # a loaded graph compiled: its function, as it runs
+        _choose(key, entry, tensors, ints, floats)
     structure, results = _empty_results(key, tensors, ints, floats, fresh=True)
-    _record(_entry(key), structure)
+    _record(entry, structure)
     return results
 
 
@@ -862,9 +866,12 @@ def _probe_fake(
     # The op's fake implementation, but for the check of one result structure per key: the
     # probe's key names no results (the signed key that follows it does, and checks).
     # What the trace read is kept for that signed key (traced_call makes it next).
+    entry = _entry(key)
+    if entry.candidates is not None:  # a loaded graph compiled: as the probe runs
+        return _empties(_any_candidates_results(entry, tensors, ints, floats), tensors)
     inputs = _empty_inputs(tensors, ints, floats)
-    _, found = _abstract_results(_entry(key), *inputs, fresh=True, semantics=True)
-    _traced.semantics = (key, _entry(key).semantics[inputs])
+    _, found = _abstract_results(entry, *inputs, fresh=True, semantics=True)
+    _traced.semantics = (key, entry.semantics[inputs])
     return _empties(found, tensors)
 
 

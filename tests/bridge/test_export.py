@@ -115,7 +115,7 @@ def test_a_loaded_program_without_its_function_is_refused_naming_the_fix(saved, 
     program, _ = saved
     name, message = _run(LOAD, str(program), "other weights only", tmp_path=tmp_path)
     assert name == "LoadedGraphError"
-    assert "computes what the graph running it was traced with" in message
+    assert "computes what the graph's call" in message and "was traced with" in message
     assert "the same weights" in message
 
 
@@ -440,3 +440,34 @@ def test_one_thread_chooses_a_loaded_functions_while_the_others_wait():
         thread.join(timeout=60)
     assert out == {"A": x.tolist(), "B": x.tolist()}
     del wrappers
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_a_loaded_program_compiled_before_its_first_call_runs_its_own_function(backend):
+    """torch.compile of a loaded program traced the op's fake implementation (and so the
+    backward) with the first live wrapper of the name: the forward ran the right one, the
+    gradients were the other layer's (aot_eager: off by 4.3), or inductor's size check
+    raised on another result shape."""
+
+    def scaled(w: jax.Array) -> Any:
+        def compiled_layer(x: jax.Array) -> jax.Array:
+            return x * w
+
+        return jax.jit(compiled_layer)
+
+    saved = scaled(jnp.full(4, 3.0))
+    key = f"{_custom_op.forward_key(_functions.function_for(saved).op_key, STRUCTURE)}"
+    key += f"|{_signature(saved)}"
+    other = interop.jax_call(jax.jit(lambda x: x.sum(0)))  # another shape, met first
+    wrappers = [
+        interop.jax_call(scaled(jnp.full(4, 10.0))),
+        interop.jax_call(scaled(jnp.full(4, 3.0))),
+    ]
+    torch._dynamo.reset()
+    step = torch.compile(
+        lambda x: _custom_op.jax_call_op(key, [x], [], [])[0].sum(), backend=backend
+    )
+    x = torch.arange(4.0, requires_grad=True)
+    step(x).backward()
+    torch.testing.assert_close(x.grad, torch.full((4,), 3.0))
+    del other, wrappers, saved
