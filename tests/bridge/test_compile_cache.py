@@ -128,19 +128,23 @@ CONFIGURED = textwrap.dedent(
 )
 
 
+def _served_anew_then_warm(script_text: str, tmp_path: Path, first: str, then: str) -> None:
+    """Three fresh processes on one cache: ``first``, ``then`` (a graph of its own, never
+    the first one's) and ``then`` again (served warm); each computes what eager does."""
+    script = tmp_path / "step.py"
+    script.write_text(script_text)
+    cache = tmp_path / "cache"
+    reports = [_run(script, cache, arg) for arg in (first, then, then)]
+    assert reports[0]["hits"] == reports[1]["hits"] == 0 and reports[2]["hits"] >= 1
+    for report in reports:
+        assert report["loss"] < 1e-3 and report["grad"] < 1e-2, report
+
+
 def test_a_warm_cache_never_serves_a_graph_built_for_other_result_dtypes(tmp_path):
     # The dtype came from what the function's fingerprint does not read: the second
     # run hit the first run's graph, which read bfloat16 results as float16 (loss 72.5
     # against 13.2, gradients off by 186; a module edited between runs corrupted the heap).
-    script = tmp_path / "configured.py"
-    script.write_text(CONFIGURED)
-    cache = tmp_path / "cache"
-    half = _run(script, cache, "float16")
-    brain = _run(script, cache, "bfloat16")
-    again = _run(script, cache, "bfloat16")
-    assert half["hits"] == brain["hits"] == 0 and again["hits"] >= 1  # still served warm
-    for report in (half, brain, again):
-        assert report["loss"] < 1e-3 and report["grad"] < 1e-2, report
+    _served_anew_then_warm(CONFIGURED, tmp_path, "float16", "bfloat16")
 
 
 SIZED = CONFIGURED.replace(
@@ -154,12 +158,4 @@ def test_a_warm_cache_never_serves_a_graph_built_for_other_result_shapes(tmp_pat
     check raised (an AssertionError until the cache was cleared). The key names what the
     function computes on the traced inputs (its jaxpr), shapes included."""
     assert SIZED != CONFIGURED
-    script = tmp_path / "sized.py"
-    script.write_text(SIZED)
-    cache = tmp_path / "cache"
-    wide = _run(script, cache, "8")
-    narrow = _run(script, cache, "4")
-    again = _run(script, cache, "4")
-    assert wide["hits"] == narrow["hits"] == 0 and again["hits"] >= 1
-    for report in (wide, narrow, again):
-        assert report["loss"] < 1e-3 and report["grad"] < 1e-2, report
+    _served_anew_then_warm(SIZED, tmp_path, "8", "4")
