@@ -184,26 +184,21 @@ def check_torch_dtypes(specs: tuple[Any, ...], name: str | None = None) -> None:
             )
 
 
-def checked_requests(specs: tuple[Any, ...], argname: str) -> None:
-    """Refuse a malformed request before the core sees it, naming the façade's argument
-    (``argname[i]``: the core names its own, ``specs[i]``). A slow path's check: the
-    request was not plain, or not seen before.
+def checked_requests(specs: tuple[Any, ...], argname: str) -> list[ViewSpec]:
+    """Each pair of a request the façade's slow path serves, validated before the core
+    sees it, so that errors name the façade's argument (``argname[i]``: the core names its
+    own, ``specs[i]``).
 
     Raises:
         InvalidSpecError: a pair that is not one, or a bad shape or dtype, naming
             ``argname[i]`` and the value.
     """
-    for i, pair in enumerate(specs):
-        name = f"{argname}[{i}]"
-        if not isinstance(pair, (tuple, list)):
-            raise InvalidRequestError(f"{name} must be a (shape, dtype) pair, got {pair!r}.")
-        if len(pair) != 2:
-            raise InvalidSpecError(f"{name} must be a (shape, dtype) pair, got {pair!r}.")
-        ViewSpec.of(pair[0], pair[1], name)
+    return [_pair_spec(pair, f"{argname}[{i}]") for i, pair in enumerate(specs)]
 
 
 def torch_specs(pairs: tuple[Any, ...], argname: str) -> list[ViewSpec]:
-    """Each ``(shape, dtype)`` pair validated (a torch dtype), named ``argname[i]``.
+    """Each ``(shape, dtype)`` pair of a ``reserve`` validated (a torch dtype), named
+    ``argname[i]``.
 
     Raises:
         InvalidSpecError: a bare shape where a pair was meant (with the fix), or a
@@ -219,15 +214,18 @@ def torch_specs(pairs: tuple[Any, ...], argname: str) -> list[ViewSpec]:
                 else f"{argname}[{i}] must be a (shape, dtype) pair, got the shape {pair!r} "
                 f"alone. Pass pairs: reserve(({pair!r}, dtype), ...)."
             )
-        if not isinstance(pair, (tuple, list)):
-            raise InvalidRequestError(
-                f"{argname}[{i}] must be a (shape, dtype) pair, got {pair!r}."
-            )
-        if len(pair) != 2:
-            raise InvalidSpecError(f"{argname}[{i}] must be a (shape, dtype) pair, got {pair!r}.")
-        check_torch_dtypes((pair,), f"{argname}[{i}] dtype")
-        specs.append(ViewSpec.of(pair[0], pair[1], f"{argname}[{i}]"))
+        specs.append(_pair_spec(pair, f"{argname}[{i}]"))
     return specs
+
+
+def _pair_spec(pair: Any, name: str) -> ViewSpec:
+    """The spec of one ``(shape, dtype)`` pair with a torch dtype, errors naming ``name``."""
+    if not isinstance(pair, (tuple, list)):
+        raise InvalidRequestError(f"{name} must be a (shape, dtype) pair, got {pair!r}.")
+    if len(pair) != 2:
+        raise InvalidSpecError(f"{name} must be a (shape, dtype) pair, got {pair!r}.")
+    check_torch_dtypes((pair,), f"{name} dtype")
+    return ViewSpec.of(pair[0], pair[1], name)
 
 
 def reserve_requests(requests: Any) -> list[list[ViewSpec]]:

@@ -51,13 +51,14 @@ class Server:
         Returns:
             Fresh views.
         """
+        pairs: Sequence[Any] = specs
         if not admitted:  # (an admitted request is plain: its dtypes are torch's)
             check_torch_dtypes(specs)  # the façade's word on a dtype that is not torch's
-            checked_requests(specs, "shapes_and_dtypes")  # errors name the façade's argument
+            pairs = checked_requests(specs, "shapes_and_dtypes")  # (named as the caller's)
         index = self.engine.state.index(slot)  # a slot not configured: refused first
 
         def transition(state: WorkspaceState) -> tuple[WorkspaceState, Sequence[int], Any, Growth]:
-            new, layout = fws.acquire(state, slot, *specs)
+            new, layout = fws.acquire(state, slot, *pairs)
             return new, layout.offsets, layout, layout.growth
 
         # Canonical pairs once the core accepts them: carved as they are.
