@@ -477,12 +477,7 @@ def _choose(
         wanted = (entry.signature or "").partition(".")[2]
         inputs = _empty_inputs(tensors, ints, floats)
         found: dict[str, _Caller] = {}
-        for caller in candidates:
-            trial = Entry(caller.fn, entry.structure, caller.function.jitted)
-            try:
-                _abstract_results(trial, *inputs, fresh=True, semantics=True)
-            except Exception:  # not this one: it cannot take these arguments
-                continue
+        for caller, trial in _trials(entry.structure, candidates, inputs, semantics=True):
             found.setdefault(trial.semantics[inputs], caller)
         chosen = found.get(wanted)
         if chosen is None and wanted in ("", "-") and len(found) == 1:  # nothing to tell apart
@@ -504,6 +499,20 @@ def _choose(
         + "): make the wrapper of the function the graph was made with, over the same "
         "values (the same weights), or export or compile it again."
     )
+
+
+def _trials(
+    structure: Any, candidates: list[_Caller], inputs: Any, *, semantics: bool
+) -> Iterator[tuple[_Caller, Entry]]:
+    """Each candidate that takes ``inputs`` (a loaded entry's), with an entry of its own
+    that traced it there (its results, and with ``semantics`` what it computes)."""
+    for caller in candidates:
+        trial = Entry(caller.fn, structure, caller.function.jitted)
+        try:
+            _abstract_results(trial, *inputs, fresh=True, semantics=semantics)
+        except Exception:  # not this one: it cannot take these arguments
+            continue
+        yield caller, trial
 
 
 def _check_signature(entry: Entry, results: list[torch.Tensor]) -> None:
@@ -846,12 +855,9 @@ def _any_candidates_results(
     takes these arguments (nothing reads a probe's results: only their number matters);
     the choice is the op's (:func:`_choose`)."""
     inputs = _empty_inputs(tensors, ints, floats)
-    for caller in entry.candidates or ():
-        trial = Entry(caller.fn, entry.structure, caller.function.jitted)
-        try:
-            return _abstract_results(trial, *inputs, fresh=True)[1]
-        except Exception:  # not this one: it cannot take these arguments
-            continue
+    for _, trial in _trials(entry.structure, entry.candidates or [], inputs, semantics=False):
+        leaves: list[tuple[tuple[int, ...], torch.dtype]] = trial.abstract[inputs][1]
+        return leaves
     raise LoadedGraphError(
         "jax_call: no live jax_call wrapper of this name in this process takes the "
         "arguments the loaded graph passes it: make the wrapper of the function the graph "
