@@ -37,6 +37,7 @@ from ._presenters import safe_repr
 from ._spec import (
     MAX_BYTES,
     ViewSpec,
+    _checked_spec,
     as_spec,
     quick_spec,
 )
@@ -356,6 +357,39 @@ def fit(
     targets = (index,) if state.growth == "slot" else _policy_targets(state, index)
     growth = _grow(state, grown, targets, total, requester=index)
     return with_slots(state, tuple(grown)), tuple(offsets), total, growth
+
+
+def fit_plain(
+    state: WorkspaceState, index: int, requests: Sequence[Any], nbytes: Sequence[int]
+) -> tuple[WorkspaceState, tuple[int, ...], Layout, Growth]:
+    """:func:`acquire` of ``requests`` in the slot at ``index``, for a shell that checked
+    them itself: each is a ``(shape, dtype)`` pair whose shape is a ``tuple`` of
+    non-negative ``int`` dims and whose ``nbytes`` entry is its dtype's ``itemsize`` times
+    their product (neither is checked again; the byte counts are, as :func:`fit` checks
+    them). What a shell that memoises a request it has seen before plans it with.
+
+    Returns:
+        ``(new_state, offsets, layout, growth)``: :func:`acquire`'s state and layout, with
+        the layout's offsets and growth spelled out.
+
+    Example:
+        >>> import numpy as np
+        >>> from functional_ws import acquire, initial_state
+        >>> from functional_ws.fast_paths import fit_plain
+        >>> s = initial_state()
+        >>> requests = (((10,), np.dtype("float32")), ((3,), np.dtype("int8")))
+        >>> new, offsets, layout, growth = fit_plain(s, 0, requests, [40, 3])
+        >>> (new, layout) == acquire(s, (0, 0), *requests)
+        True
+    """
+    new, offsets, total, growth = fit(state, index, nbytes)
+    specs = tuple(
+        _checked_spec(shape, dtype, dtype.itemsize, n)
+        for (shape, dtype), n in zip(requests, nbytes, strict=True)
+    )
+    slot = divmod(index, state.num_lanes)  # state.slot_of(index), fit checked the index
+    layout = make_layout(slot, index, specs, offsets, total, state.alignment, growth)
+    return new, offsets, layout, growth
 
 
 def layout_of(state: WorkspaceState, slot: Slot, specs: Sequence[Any]) -> Layout:

@@ -17,7 +17,8 @@ The identity protocol:
 And for a request never seen before, :func:`fit` plans views from their byte counts alone:
 it is the body of :func:`functional_ws.acquire` (which validates ``(shape, dtype)`` pairs
 and then calls it), for a shell that validated its requests itself and carves views it
-will not keep.
+will not keep. :func:`fit_plain` adds the :class:`~functional_ws.Layout` for a request the
+shell validated and will keep (the plan a replay needs).
 
 Example:
     >>> import numpy as np
@@ -32,10 +33,11 @@ Example:
 
 from . import _public
 from ._ops import fit as fit
+from ._ops import fit_plain as fit_plain
 from ._ops import layout_of as layout_of
 from ._ops import replay_acquire as replay_acquire
 from ._ops import replay_retain as replay_retain
 
-__all__ = ["fit", "layout_of", "replay_acquire", "replay_retain"]
+__all__ = ["fit", "fit_plain", "layout_of", "replay_acquire", "replay_retain"]
 
 _public.publish(__name__, globals(), __all__)

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import functional_ws as fws
-from functional_ws.fast_paths import fit, replay_acquire, replay_retain
+from functional_ws.fast_paths import fit, fit_plain, replay_acquire, replay_retain
 from functional_ws.testing import spec_lists
 
 U8, I8, F16, F32 = (np.dtype(n) for n in ("uint8", "int8", "float16", "float32"))
@@ -246,6 +246,30 @@ def test_fit_is_acquire_in_plain_values(state, specs, ubatch):
         layout.growth,
     )
     assert (new is state) == (outcome[0] is state)  # the identity protocol holds too
+
+
+@given(reachable_states(), spec_lists(max_size=3), st.integers(0, 1))
+def test_fit_plain_is_acquire_for_a_checked_request(state, specs, ubatch):
+    """``fit_plain`` of a request the shell checked (tuple shapes of ints, their byte
+    counts) plans what ``acquire`` plans: the same state, the same layout, refusals too."""
+    checked = [fws.ViewSpec.of(*spec) for spec in specs]
+    requests = tuple((spec.shape, spec.dtype) for spec in checked)
+    nbytes = [spec.nbytes for spec in checked]
+    planned = _outcome(fit_plain, state, state.index((ubatch, 0)), requests, nbytes)
+    outcome = _outcome(fws.acquire, state, (ubatch, 0), *requests)
+    if outcome[0] == "refused":
+        assert planned == outcome
+        return
+    new, offsets, layout, growth = planned
+    assert (new, layout) == outcome and (offsets, growth) == (layout.offsets, layout.growth)
+    assert (new is state) == (outcome[0] is state)  # the identity protocol holds too
+
+
+def test_fit_plain_plans_in_the_slot_at_its_index():
+    s = fws.initial_state(num_ubatches=2, num_lanes=3)
+    for index in range(6):
+        new, _, layout, _ = fit_plain(s, index, (((4,), U8),), [4])
+        assert (new, layout) == fws.acquire(s, s.slot_of(index), ((4,), U8))
 
 
 @pytest.mark.parametrize("bad", [-1, 1.0, True, None, "8"])
