@@ -337,15 +337,19 @@ class WorkspaceManager:
     ) -> list[torch.Tensor] | None:
         """A request the memo could not serve and that is not a plain first sighting: one
         not in its plain form (``nbytes`` is ``None``: made canonical, or refused), one kept
-        in the memo's old generation, or one seen before (planned by the core and
-        memoised). ``None``: a first sighting after all, which the caller serves."""
+        in the memo's old generation, or one seen before (planned and memoised). ``None``:
+        a first sighting after all, which the caller serves.
+
+        The memo was asked whether it saw the request before unless it has an old
+        generation (then it is asked here)."""
         if memo is None or nbytes is None:  # spelled otherwise, not a request, no slot
             return self._acquire(specs, slot)
-        if memo.old and memo.promote(specs) is not None:
-            return self.get_simultaneous(*specs)  # kept in the old generation: a hit now
-        if memo.admits(specs):  # seen before (asking again keeps the answer)
-            return self._server.acquire(specs, slot, True)
-        return None
+        if memo.old:
+            if memo.promote(specs) is not None:
+                return self.get_simultaneous(*specs)  # kept in the old generation: a hit now
+            if not memo.admits(specs):
+                return None
+        return self._server.acquire_seen(specs, memo.index, nbytes)
 
     @recorded
     def try_get_simultaneous(

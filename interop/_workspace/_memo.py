@@ -191,6 +191,19 @@ def memoise(
         or modes_active()  # carved under a caller's mode: perhaps the mode's tensors
     ):
         return fresh(carved, [(spec.shape, spec.dtype) for spec in layout.specs])
+    return keep(memo, specs, layout, carved, state, generation)
+
+
+def keep(
+    memo: Memo,
+    specs: tuple[Any, ...],
+    layout: Layout,
+    carved: list[torch.Tensor],
+    state: WorkspaceState,
+    generation: int,
+) -> list[torch.Tensor]:
+    """Keep ``carved`` in ``memo`` for ``specs`` (plain ``(shape, dtype)`` pairs, seen
+    before, carved outside any torch mode), as :func:`memoise` does; fresh views of them."""
     layout = layout.without_growth()  # as a replay will see it (the identity protocol)
     memo.last = layout
     make = view_maker(carved, specs)  # plain: (shape, dtype) pairs

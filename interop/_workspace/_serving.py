@@ -17,10 +17,13 @@ import torch
 
 import functional_ws as fws
 from functional_ws import Growth, Slot, ViewSpec, WorkspaceState
+from functional_ws.fast_paths import fit_plain
 
 from .._errors import FactoryNotCallableError, ReplanLimitError
+from .._private import modes_active
+from ._carving import fresh
 from ._engine import MAX_PLANS, Engine
-from ._memo import Memos, memoise, memoise_retained
+from ._memo import Memos, keep, memoise, memoise_retained
 from ._persistent import PersistentTables
 from ._recording import user_code
 from ._requests import check_torch_dtypes, checked_requests, user_code_of_key
@@ -65,6 +68,27 @@ class Server:
         carved, layout, state, generation = self.engine.serve(transition, index, specs)
         memo = self.memos.acquired_memo(index)
         return memoise(memo, specs, layout, carved, state, admitted, generation)
+
+    def acquire_seen(
+        self, specs: tuple[Any, ...], index: int, nbytes: list[int]
+    ) -> list[torch.Tensor]:
+        """A request in its plain form (``nbytes``: its views' byte counts) seen before in
+        the slot at ``index``: planned from them (:func:`functional_ws.fast_paths.fit_plain`:
+        nothing checked twice), carved and memoised. Written out beside :meth:`acquire`
+        for bench_workloads' "model step" (a new ``num_tokens`` is memoised at its second
+        layer).
+
+        Returns:
+            Fresh views.
+        """
+        carved, layout, state, generation = self.engine.serve(
+            fit_plain, index, specs, None, (index, specs, nbytes)
+        )
+        memo = self.memos.acquired_memo(index)
+        memo.last = layout
+        if modes_active():  # carved under a caller's mode: perhaps the mode's tensors
+            return fresh(carved, specs)
+        return keep(memo, specs, layout, carved, state, generation)
 
     def retain(
         self, key: Hashable, shape: tuple[int, ...], dtype: torch.dtype, slot: Slot
