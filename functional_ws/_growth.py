@@ -69,13 +69,17 @@ def reserve(
 ) -> tuple[WorkspaceState, Growth]:
     """Grow ``slots`` (default: all) so that every request fits without growth.
 
-    The worst-case reservation vLLM users asked for (#48179, #42275): reserve before
-    :func:`lock` and no locked call can fail for lack of space. Idempotent.
+    The worst-case reservation vLLM users asked for (#48179, #42275): reserve every
+    request as the locked calls will make it, then :func:`lock`, and none of them can fail
+    for lack of space. Idempotent.
 
     Args:
         state: the current state.
-        requests: each is one ``(shape, dtype)`` pair (a single view, or a retained span)
-            or a sequence of pairs (one ``acquire`` call's views, padded as acquire pads).
+        requests: each is a sequence of pairs (one ``acquire`` call's views, padded as
+            acquire pads: ``[pair]`` for a single view) or one bare ``(shape, dtype)``
+            pair, which reserves its exact bytes (what a retained span of it needs; a
+            single view of it needs its bytes rounded up to the alignment, so write
+            ``[pair]`` for that).
         slots: the ``(ubatch, lane)`` pairs to reserve in; ``None`` for all. The growth
             policy applies: under ``"ubatches"`` a slot grows with its lane's ubatch slots.
 

@@ -49,7 +49,7 @@ from ._model import WorkspaceModel
 from ._strategies import DEFAULT_DTYPES, keys, slots, spec_lists, specs
 
 Spec = tuple[tuple[int, ...], Any]
-#: One ``reserve`` request: a bare pair (a single view or retained span) or one call's pairs.
+#: One ``reserve`` request: a bare pair (its exact bytes: a retained span) or one call's pairs.
 Request = Spec | list[Spec]
 
 
