@@ -147,6 +147,81 @@ def test_reserve_worst_case_then_lock():
         fws.reserve(fws.lock(s), requests)
 
 
+def test_reserve_takes_a_bare_pair_exactly_and_a_one_view_call_padded():
+    """A bare pair reserves its exact bytes (a retained span's need); ``[pair]`` is one
+    call's views, padded as acquire pads: each then serves its call while locked."""
+    s = fws.initial_state()
+    bare, _ = fws.reserve(s, [((1000,), U8)])
+    view, _ = fws.reserve(s, [[((1000,), U8)]])
+    assert (bare.capacity(S), view.capacity(S)) == (1000, 1024)
+    assert fws.acquire(fws.lock(view), S, ((1000,), U8))[1].growth == ()
+    assert fws.retain(fws.lock(bare), S, "kv", ((1000,), U8))[1].growth == ()
+    with pytest.raises(fws.WorkspaceLockedError):  # the view needs 1024
+        fws.acquire(fws.lock(bare), S, ((1000,), U8))
+
+
+def test_a_slot_grows_to_exactly_its_max_capacity_and_no_further():
+    s = fws.initial_state(max_capacity=1024)
+    grown, layout = fws.acquire(s, S, ((1000,), U8))
+    assert grown.capacity(S) == 1024 and layout.growth == ((S, 1024),)
+    assert fws.reserve(s, [[((1000,), U8)]])[0].capacity(S) == 1024
+    assert fws.retain(s, S, "kv", ((1024,), U8))[0].capacity(S) == 1024
+    for call in (
+        lambda: fws.acquire(s, S, ((1025,), U8)),  # 1280 bytes
+        lambda: fws.reserve(s, [((1025,), U8)]),
+        lambda: fws.retain(s, S, "kv", ((1025,), U8)),
+    ):
+        with pytest.raises(fws.CapacityLimitError):
+            call()
+
+
+def test_a_plan_made_under_another_alignment_replays_as_the_full_transition():
+    """A replay checks that the plan's alignment is the state's (else it plans anew)."""
+    pair = ((10,), U8)
+    _, layout = fws.acquire(fws.initial_state(alignment=256), S, pair, pair)
+    _, span, _ = fws.retain(fws.initial_state(alignment=256), S, "kv", pair)
+    other, _ = fws.acquire(fws.initial_state(alignment=512), S, ((2000,), U8))
+    replayed = replay_acquire(other, layout)
+    assert replayed == fws.acquire(other, S, pair, pair) and replayed[1].offsets == (0, 512)
+    assert replay_retain(other, span) == fws.retain(other, S, "kv", pair)
+
+
+def test_retain_in_an_unchanged_slot_keeps_the_growth_of_its_lanes_other_ubatches():
+    """Under "ubatches", a retain whose own slot is as it was may still grow another
+    ubatch slot of the lane (one left without a buffer): the state says so too."""
+    s, _ = fws.acquire(fws.initial_state(num_ubatches=2, growth="ubatches"), S, ((1000,), U8))
+    s = fws.after_failed_growth(s, s, {(1, 0): 0})  # the other ubatch lost its buffer
+    s, _, _ = fws.retain(s, S, "kv", ((100,), U8))
+    s = fws.after_failed_growth(s, s, {(1, 0): 0})  # and again, the span kept in (0, 0)
+    after, span, intact = fws.retain(s, S, "kv", ((100,), U8))
+    assert intact and span.growth == (((1, 0), 100),)
+    assert after.capacity((1, 0)) == 100
+
+
+def test_a_replay_hint_of_an_unlocked_state_is_not_returned_for_a_locked_one():
+    s, layout = fws.acquire(fws.initial_state(), S, ((1000,), U8))
+    s, _, _ = fws.retain(s, S, "kv", ((100,), U8))
+    hint, _ = replay_acquire(s, layout)  # the request drops the span
+    replayed, _ = replay_acquire(fws.lock(s), layout, hint)
+    assert replayed.locked and replayed == fws.acquire(fws.lock(s), S, ((1000,), U8))[0]
+
+
+def test_a_failed_growth_that_gets_the_old_capacity_again_counts_an_allocation():
+    s, _ = fws.acquire(fws.initial_state(), S, ((512,), U8))
+    planned, _ = fws.acquire(s, S, ((10**6,), U8))
+    restored = fws.after_failed_growth(s, planned, {S: 512})
+    assert (restored.capacity(S), restored.slots[0].growths, restored.slots[0].retained) == (
+        512,
+        2,
+        None,
+    )
+
+
+def test_a_negative_dim_is_a_negative_dim_error():
+    with pytest.raises(fws.NegativeDimError, match="-1"):
+        fws.acquire(fws.initial_state(), S, ((-1,), U8))
+
+
 def test_lane_and_ubatch_errors():
     s = fws.initial_state(num_ubatches=2, num_lanes=2)
     with pytest.raises(RuntimeError, match="lane 2 is not configured"):

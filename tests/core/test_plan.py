@@ -38,6 +38,18 @@ def test_every_state_the_core_reaches_round_trips(state):
     assert applied.locked == state.locked
 
 
+@pytest.mark.parametrize(
+    "field, value", [("num_ubatches", 2), ("num_lanes", 2), ("alignment", 512)]
+)
+def test_a_plan_made_for_another_configuration_is_refused_naming_the_field(field, value):
+    made_for = fws.initial_state(**{field: value})
+    plan, _ = fws.acquire(made_for, (0, 0), ((1000,), U8))
+    state = fws.initial_state()
+    with pytest.raises(fws.InvalidPlanError, match=f"{field}={value}") as info:
+        fws.apply_plan(state, plan)
+    assert f"{field}={getattr(state, field)}" in str(info.value)
+
+
 @pytest.mark.parametrize("held", [0, 512], ids=["nothing-held", "old-capacity-again"])
 def test_a_failed_growth_and_a_growth_in_flight_read_back(held):
     s, _ = fws.acquire(fws.initial_state(), (0, 0), ((500,), U8))
