@@ -53,6 +53,26 @@ def test_gradients_share_no_memory_with_the_incoming_gradient_or_each_other(kind
     assert not _overlap(ga, gb)
 
 
+@pytest.mark.parametrize("shape", [(), (1,)], ids=["scalar", "one-element"])
+def test_one_element_gradients_are_two_buffers(shape):
+    """Scalar biases and scales: the transpose of ``a + b`` hands both the same element."""
+    add = interop.jax_call(lambda a, b: a + b)
+    a, b = torch.zeros(shape, requires_grad=True), torch.zeros(shape, requires_grad=True)
+    add(a, b).sum().backward()
+    assert a.grad.data_ptr() != b.grad.data_ptr()
+    a.grad.zero_()
+    assert b.grad.item() == 1.0
+
+
+def test_neighbouring_gradients_keep_their_bytes_and_overlapping_ones_are_copied():
+    whole = torch.arange(8.0)
+    for pair in ([whole[4:], whole[:4]], [whole[:4], whole[4:]]):  # adjacent, no byte shared
+        assert [t.data_ptr() for t in _exchange.unshared(pair)] == [t.data_ptr() for t in pair]
+    first, second = _exchange.unshared([whole[:4], whole[3:]])  # one element shared
+    assert first.data_ptr() == whole.data_ptr() and second.data_ptr() != whole[3:].data_ptr()
+    assert second.tolist() == whole[3:].tolist()
+
+
 def test_clip_grad_norm_scales_each_gradient_once():
     add = interop.jax_call(lambda a, b: a + b)
     params = [torch.ones(4, requires_grad=True) for _ in range(2)]
@@ -154,6 +174,19 @@ def test_the_compiled_backward_accepts_any_cotangent(layout, copies):
     compiled(x).backward()
     torch._dynamo.reset()
     assert torch.allclose(x.grad, _reference_grad(loss_of, x), atol=1e-6)
+
+
+@pytest.mark.parametrize("part", ["real", "imag"])
+def test_a_lazily_conjugated_cotangent_is_copied_not_refused(part, copies):
+    """``.conj()`` after the call hands its backward a cotangent with torch's lazy
+    conjugate bit, which DLPack cannot carry: copied, with torch's gradient."""
+    double = interop.jax_call(jax.jit(lambda z: z * 2))
+    z = torch.tensor([1 + 2j, 3 - 1j], requires_grad=True)
+    w = torch.tensor([1 - 1j, 2 + 1j])
+    getattr(double(z).conj() * w, part).sum().backward()
+    ref = z.detach().clone().requires_grad_()
+    getattr((ref * 2).conj() * w, part).sum().backward()
+    assert torch.allclose(z.grad, ref.grad) and copies() == 1
 
 
 def test_each_copy_is_counted_and_logged_at_debug_level(copies, caplog):

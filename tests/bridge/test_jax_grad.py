@@ -7,6 +7,7 @@ import gc
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 import torch
 from conftest import enable_x64
@@ -312,6 +313,23 @@ def test_a_broadcast_cotangent_crosses_over_compact(handoffs):
     ref = x.detach().clone().requires_grad_()
     (torch.tanh(ref) * 3).sum().backward()
     assert torch.allclose(x.grad, ref.grad, atol=1e-6)
+
+
+_WIDE = [np.int64, np.uint64, np.float64, np.complex128]
+
+
+@pytest.mark.parametrize("grad", [False, True], ids=["no-grad", "grad"])
+@pytest.mark.parametrize("form", ["array", "scalar"])
+@pytest.mark.parametrize("dtype", _WIDE, ids=lambda d: d.__name__)
+def test_x64_off_refuses_a_64_bit_numpy_result_rather_than_narrow_it(dtype, form, grad):
+    value = np.array([2**40 + 5]).astype(dtype)
+
+    def result(x):
+        return value if form == "array" else value[0]
+
+    x = torch.ones(1, requires_grad=grad)
+    with pytest.raises(interop.errors.X64DisabledError, match=np.dtype(dtype).name):
+        interop.jax_call(result)(x)
 
 
 def test_x64_off_refuses_float64_inputs():

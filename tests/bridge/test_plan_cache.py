@@ -180,6 +180,28 @@ def test_what_can_decide_a_results_dtype_or_shape_is_in_the_fingerprint(one, oth
     assert fingerprints[0] != fingerprints[1] and fingerprints[0] == fingerprints[2]
 
 
+def test_functions_that_differ_only_in_a_constant_have_other_fingerprints():
+    """``x * 2`` and ``x * 3`` share their code's bytes: its constants tell them apart
+    (else only the order of first use would, which another process need not share)."""
+    twice, thrice = (jax.jit(lambda x: x * 2), jax.jit(lambda x: x * 3))
+    assert _functions.describe(twice) != _functions.describe(thrice)
+    assert _functions.describe(twice) == _functions.describe(jax.jit(lambda x: x * 2))
+
+
+def test_the_backward_key_names_which_inputs_are_differentiated_and_which_given():
+    key = "f@0123#0/abc"
+    keys = {
+        _custom_op.backward_key(key, diff, given)
+        for diff, given in [
+            ((True, False), (True,)),
+            ((False, True), (True,)),
+            ((True, True), (True,)),
+            ((True, False), (False,)),
+        ]
+    }
+    assert len(keys) == 4 and all(k.startswith(key) for k in keys)
+
+
 def test_the_op_key_holds_jaxs_x64_setting():
     """A graph cached with x64 off reads float32 results; with it on they are float64: the
     two compilations must name different keys."""
