@@ -165,6 +165,26 @@ def test_a_callable_is_asked_once_per_growth_once_its_alignment_is_seen():
     assert not any(provider.previous_alive), "two new blocks were held at once"
 
 
+def test_a_callable_whose_alignment_drops_is_asked_once_per_growth_from_then_on():
+    """The alignment learned is the least the pool has shown, not the first."""
+    asked, arenas = [], []
+
+    def pool(n: int, device: torch.device) -> torch.Tensor:
+        asked.append(n)
+        arena = torch.empty(n + 8192, dtype=U8)
+        arenas.append(arena)
+        skip = -arena.data_ptr() % 4096 + (64 if len(asked) > 1 else 0)
+        return arena[skip : skip + n]  # 4096-aligned first, then 64 past a page
+
+    ws = interop.WorkspaceManager("cpu", allocator=pool)
+    ws.get_simultaneous(((1024,), U8))
+    ws.get_simultaneous(((2048,), U8))  # a 64-aligned block: asked again, larger
+    asked.clear()
+    ws.get_simultaneous(((4096,), U8))
+    assert asked == [4096 + ALIGNMENT - 64]
+    assert slot_buffer(ws, (0, 0)).data_ptr() % ALIGNMENT == 0
+
+
 def test_an_aligned_callable_is_asked_for_exact_sizes():
     provider = Provider(offset=0)
     buffers = _grow_through(interop.WorkspaceManager("cpu", allocator=provider))

@@ -315,6 +315,28 @@ def test_ubatch_provider_is_used_outside_ubatch_blocks():
     assert [s.capacity for s in ws.state.slots] == [0, 256]
 
 
+def test_get_retained_under_a_ubatch_provider_works_in_the_providers_ubatch():
+    ws = manager(num_ubatches=2)
+    ws.get_simultaneous(((1024,), U8))
+    for _ in range(3):  # memoised in slot (0, 0)
+        ws.get_retained("k", (16,), F32)
+    previous = interop.set_ubatch_provider(lambda: 1)
+    try:
+        view, intact = ws.get_retained("k", (16,), F32)
+    finally:
+        interop.set_ubatch_provider(previous)
+    assert not intact  # slot (1, 0) never retained "k"
+    buffer = slot_buffer(ws, (1, 0))
+    assert buffer.data_ptr() <= view.data_ptr() < buffer.data_ptr() + buffer.numel()
+
+
+def test_reserve_grows_the_current_lanes_slots_by_default():
+    ws = manager(num_ubatches=2, num_lanes=2)
+    with use_workspace_lane(1):
+        ws.reserve(((1000,), U8))
+    assert [s.capacity for s in ws.state.slots] == [0, 1024, 0, 1024]
+
+
 def test_two_threads_in_different_lanes_never_get_overlapping_memory():
     ws = manager(num_lanes=2)
     seen = {0: [], 1: []}

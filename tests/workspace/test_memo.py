@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 from support.helpers import manager
-from support.seams import base_of, memo_of
+from support.seams import base_of, memo_of, slot_buffer
 
 import functional_ws as fws
 from interop._workspace._memo import (
@@ -236,6 +236,31 @@ def test_the_slow_path_serves_a_lost_swap_a_growth_or_a_dead_memo():
     dead.dead = True
     engine = Engine()
     assert replay_and_swap(engine, dead, entry, grown) is None and engine.swaps == []
+
+
+def test_an_entry_memoised_after_another_calls_growth_never_serves_the_old_buffer():
+    """A growth between a call's carving and its memoising (another thread's) puts an
+    entry of the retired buffer in the new memo: the generation check keeps it unused."""
+    ws = manager()
+    request = ((64,), F32)
+    ws.get_simultaneous(request)  # seen once
+    engine = ws._server.engine
+    real, grown = engine.serve, []
+
+    def serve(*args, **kwargs):
+        served = real(*args, **kwargs)
+        if not grown:  # the slot grows right after this call's views are carved
+            grown.append(ws.get_simultaneous(((100_000,), U8)))
+        return served
+
+    engine.serve = serve
+    try:
+        ws.get_simultaneous(request)  # seen twice: memoised with its views
+    finally:
+        engine.serve = real
+    (view,) = ws.get_simultaneous(request)
+    buffer = slot_buffer(ws)
+    assert buffer.data_ptr() <= view.data_ptr() < buffer.data_ptr() + buffer.numel()
 
 
 def test_a_retained_entry_replays_with_its_intact_flag():
