@@ -269,6 +269,15 @@ def test_a_slot_without_a_buffer_serves_empty_views_on_its_device():
     ]
 
 
+def test_a_sliced_view_counts_from_the_buffers_start_in_its_block():
+    """Where no typed alias can be made (the block starts at an odd byte of its storage),
+    a view is sliced from the block: at its offset from the buffer's start, not the
+    block's."""
+    block = torch.zeros(1100, dtype=U8)[2:]
+    (view,) = Carver(block, CPU, start=254).carve((4,), (((1,), F32),))
+    assert view.data_ptr() == block.data_ptr() + 254 + 4 and view.dtype == F32
+
+
 def test_views_carved_in_inference_mode_are_not_inference_tensors():
     carver = Carver(torch.zeros(512, dtype=U8), CPU)
     with torch.inference_mode():
