@@ -1,12 +1,13 @@
 """Which slot a call works in (``interop/_context.py``): the ubatch's sources, in order."""
 
+import threading
 from unittest import mock
 
 import pytest
 import torch
 
 import interop
-from interop import current_slot, set_ubatch_provider, use_workspace_ubatch
+from interop import current_slot, set_ubatch_provider, use_workspace_lane, use_workspace_ubatch
 
 
 def test_a_block_beats_a_replaced_dbo_function_which_beats_the_provider(monkeypatch):
@@ -22,6 +23,60 @@ def test_a_block_beats_a_replaced_dbo_function_which_beats_the_provider(monkeypa
         assert current_slot() == (1, 0)  # the default is back, reading the provider
     finally:
         set_ubatch_provider(previous)
+    assert current_slot() == (0, 0)
+
+
+def test_deleting_a_replaced_dbo_function_gives_the_ubatch_back_to_the_default():
+    own = interop.dbo_current_ubatch_id
+    try:
+        interop.dbo_current_ubatch_id = lambda: 1
+        assert current_slot() == (1, 0)
+        del interop.dbo_current_ubatch_id
+        assert current_slot() == (0, 0)
+    finally:
+        interop.dbo_current_ubatch_id = own
+    previous = set_ubatch_provider(lambda: 1)  # the module's own function reads it again
+    try:
+        assert current_slot() == (1, 0)
+    finally:
+        set_ubatch_provider(previous)
+
+
+def test_an_inner_lane_block_gives_the_outer_blocks_lane_back():
+    with use_workspace_lane(2):
+        with use_workspace_lane(1):
+            assert current_slot() == (0, 1)
+        assert current_slot() == (0, 2)
+    assert current_slot() == (0, 0)
+
+
+def test_a_decorated_function_selects_its_slot_in_recursion_and_in_threads_at_once():
+    @use_workspace_ubatch(1)
+    def deepest(n: int) -> tuple[int, int]:
+        return current_slot() if n == 0 else deepest(n - 1)
+
+    assert deepest(2) == (1, 0)
+    together = threading.Barrier(2)
+    seen, errors = [], []
+
+    @use_workspace_ubatch(1)
+    def work() -> None:
+        together.wait(timeout=10)
+        seen.append(current_slot())
+        together.wait(timeout=10)  # both inside the decorated function at once
+
+    def run() -> None:
+        try:
+            work()
+        except BaseException as err:  # reported below
+            errors.append(err)
+
+    threads = [threading.Thread(target=run) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == [] and seen == [(1, 0), (1, 0)]
     assert current_slot() == (0, 0)
 
 

@@ -6,6 +6,7 @@ once per allocator (``torch``, ``jax``, a callable: ``tests/support/allocators.p
 
 import asyncio
 import contextlib
+import inspect
 import logging
 import threading
 
@@ -614,6 +615,40 @@ def test_debug_log_reports_lock_unlock_and_growth(monkeypatch, caplog):
     caplog.clear()
     ws.lock()
     assert "Workspace locked" in caplog.text
+
+
+@pytest.mark.parametrize("value", ["1", "2", "-1", " 1 ", "true", "Yes", "on"])
+def test_the_debug_variable_reads_as_vllm_reads_it(value, monkeypatch, caplog):
+    """vLLM reads ``VLLM_DEBUG_WORKSPACE`` as ``bool(int(v))``: any non-zero int is on."""
+    monkeypatch.delenv("FUNCTIONAL_WS_DEBUG", raising=False)
+    monkeypatch.setenv("VLLM_DEBUG_WORKSPACE", value)
+    caplog.set_level(logging.DEBUG, logger="interop")
+    manager().lock()
+    assert "Workspace locked" in caplog.text
+
+
+@pytest.mark.parametrize("value", ["0", "false", "", "no"])
+def test_the_debug_variable_off(value, monkeypatch, caplog):
+    monkeypatch.delenv("FUNCTIONAL_WS_DEBUG", raising=False)
+    monkeypatch.setenv("VLLM_DEBUG_WORKSPACE", value)
+    caplog.set_level(logging.DEBUG, logger="interop")
+    manager().lock()
+    assert caplog.text == ""
+
+
+def _a_request_on_its_third_line(ws: WorkspaceManager) -> int:
+    line = inspect.currentframe().f_lineno  # type: ignore[union-attr]
+    ws.get_simultaneous(((4096,), U8))
+    return line
+
+
+def test_a_lock_refusal_names_the_line_that_made_the_request():
+    ws = manager()
+    ws.lock()
+    line = inspect.getsourcelines(_a_request_on_its_third_line)[1] + 2
+    with pytest.raises(WorkspaceLockedError) as info:
+        _a_request_on_its_third_line(ws)
+    assert f"test_manager.py:{line}:_a_request_on_its_third_line" in str(info.value)
 
 
 def test_debug_log_is_silent_by_default(monkeypatch, caplog):

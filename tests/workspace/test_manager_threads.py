@@ -243,6 +243,24 @@ def test_nested_recordings_each_record_everything_in_their_block():
     assert all(getattr(ws, name) == value for name, value in before.items() if name != "_state")
 
 
+def test_an_outer_recording_sees_repeats_after_an_inner_one_ends():
+    """Memo hits too: an inner recording's end must not send the hot paths back to their
+    unrecorded form while the outer one runs."""
+    ws = WorkspaceManager("cpu")
+    for _ in range(3):  # memoised: a repeat is a hit
+        ws.get_simultaneous(((100,), U8))
+        ws.get_retained("kv", (4,), U8)
+    with ws.recording() as outer:
+        with ws.recording():
+            pass
+        ws.get_simultaneous(((100,), U8))
+        ws.get_retained("kv", (4,), U8)
+    assert [r.call for r in outer][1:] == [
+        "get_simultaneous(((100,), uint8))",
+        "get_retained('kv', (4,), uint8)",
+    ]
+
+
 def test_recording_sees_every_call_from_every_thread():
     ws = WorkspaceManager("cpu", num_ubatches=4)
     per_thread = 300
