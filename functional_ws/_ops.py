@@ -360,13 +360,18 @@ def fit(
 
 
 def fit_plain(
-    state: WorkspaceState, index: int, requests: Sequence[Any], nbytes: Sequence[int]
+    state: WorkspaceState,
+    index: int,
+    requests: Sequence[Any],
+    nbytes: Sequence[int],
+    argname: str = "requests",
 ) -> tuple[WorkspaceState, tuple[int, ...], Layout, Growth]:
     """:func:`acquire` of ``requests`` in the slot at ``index``, for a shell that checked
     them itself: each is a ``(shape, dtype)`` pair whose shape is a ``tuple`` of
     non-negative ``int`` dims and whose ``nbytes`` entry is its dtype's ``itemsize`` times
     their product (neither is checked again; the byte counts are, as :func:`fit` checks
-    them). What a shell that memoises a request it has seen before plans it with.
+    them). What a shell that memoises a request it has seen before plans it with;
+    ``argname`` names the request in errors.
 
     Returns:
         ``(new_state, offsets, layout, growth)``: :func:`acquire`'s state and layout, with
@@ -382,7 +387,7 @@ def fit_plain(
         >>> (new, layout) == acquire(s, (0, 0), *requests)
         True
     """
-    new, offsets, total, growth = fit(state, index, nbytes)
+    new, offsets, total, growth = fit(state, index, nbytes, argname=argname)
     specs = tuple(
         _checked_spec(shape, dtype, dtype.itemsize, n)
         for (shape, dtype), n in zip(requests, nbytes, strict=True)

@@ -82,7 +82,7 @@ class Server:
             Fresh views.
         """
         carved, layout, state, generation = self.engine.serve(
-            fit_plain, index, specs, None, (index, specs, nbytes)
+            fit_plain, index, specs, None, (index, specs, nbytes, "shapes_and_dtypes")
         )
         memo = self.memos.acquired_memo(index)
         memo.last = layout

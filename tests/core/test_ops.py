@@ -365,6 +365,9 @@ def test_fit_refuses_an_index_that_is_not_a_slots_position(bad):
 def test_fit_refuses_views_that_need_2_to_the_63_bytes_together():
     with pytest.raises(fws.InvalidSpecError, match="2\\*\\*63"):
         fit(fws.initial_state(), 0, [2**62, 2**62])
+    pair = ((2**62,), U8)
+    with pytest.raises(fws.InvalidSpecError, match=r"^caller's name: .*2\*\*63"):
+        fit_plain(fws.initial_state(), 0, (pair, pair), [2**62, 2**62], "caller's name")
 
 
 def test_a_hand_made_view_spec_cannot_lie_about_its_bytes():

@@ -1,6 +1,7 @@
 """Every bad input to the façade: the original's exception type, a message naming the argument
 and value, and a manager that lost nothing (state, retained bytes, persistent contents)."""
 
+import contextlib
 import json
 import os
 
@@ -78,6 +79,14 @@ def _slot0(**fields):
 
 _other_plan = json.dumps(fws.to_dict(WorkspaceManager("cpu", num_ubatches=2, num_lanes=3).state))
 
+
+def _twice(ws, *pairs):
+    """The request twice: the error of its second sighting (the first's is another path)."""
+    with contextlib.suppress(ValueError):
+        ws.get_simultaneous(*pairs)
+    ws.get_simultaneous(*pairs)
+
+
 # id, call(ws) or call(ws, tmp_path), locked first?, error type, fragments of the message
 CASES = [
     ("negative-dim", lambda ws: ws.get_simultaneous(((-1,), F32)), False, ValueError,
@@ -115,6 +124,8 @@ CASES = [
      ValueError, ["shapes_and_dtypes[1] shape[0]", "-2"]),
     ("overflow", lambda ws: ws.get_simultaneous(((2**62, 2), U8)), False, ValueError,
      ["shapes_and_dtypes:", "2**63"]),
+    ("overflow-seen-before", lambda ws: _twice(ws, ((2**62,), U8), ((2**62,), U8)), False,
+     ValueError, ["shapes_and_dtypes:", "2**63"]),
     ("try-get-bad-spec", lambda ws: ws.try_get_simultaneous(((-1,), F32)), True, ValueError,
      ["-1"]),
     ("retain-negative", lambda ws: ws.get_retained("kv", (-5,), U8), False, ValueError,
