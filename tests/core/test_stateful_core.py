@@ -41,6 +41,19 @@ def _forgetful_retain(state, slot, key, spec):
     return state, span, intact or (previous is not None and previous[0] == key)
 
 
+def _never_intact_retain(state, slot, key, spec):
+    """Says its span is never intact: every caller recomputes what it kept."""
+    state, span, _ = fws.retain(state, slot, key, spec)
+    return state, span, False
+
+
+def _oversized_growth_acquire(state, slot, *specs):
+    """Plans the right state but tells the shell to allocate 256 bytes more per slot."""
+    state, layout = fws.acquire(state, slot, *specs)
+    growth = tuple((grown, nbytes + 256) for grown, nbytes in layout.growth)
+    return state, dataclasses.replace(layout, growth=growth)
+
+
 def _grows_when_locked(state, slot, *specs):
     was_locked = state.locked
     state, layout = fws.acquire(fws.unlock(state), slot, *specs)
@@ -64,6 +77,9 @@ def _mutating_lock(state):
     [
         pytest.param({"acquire": _off_by_one_acquire}, "is not aligned", id="off-by-one-offset"),
         pytest.param({"retain": _forgetful_retain}, "intact", id="intact-lie"),
+        pytest.param({"retain": _never_intact_retain}, "intact=False but", id="never-intact"),
+        pytest.param({"acquire": _oversized_growth_acquire}, "the model grew",
+                     id="growth-sizes-wrong"),
         pytest.param({"acquire": _grows_when_locked}, "expected WorkspaceLockedError",
                      id="growth-while-locked"),
         pytest.param({"reserve": _reserve_without_growth}, r"reserve: growth \(\)",
