@@ -82,6 +82,15 @@ class OverlappingViews(OriginalAlgorithmManager):
         return _carve_at(self._buffer(), [0] * len(views), views)
 
 
+class ThirdViewOverFirst(OriginalAlgorithmManager):
+    """Places every third view of a call over the first (view 1 stays apart from both)."""
+
+    def get_simultaneous(self, *shapes_and_dtypes: Any) -> list[torch.Tensor]:
+        views = super().get_simultaneous(*shapes_and_dtypes)
+        offsets = [v.data_ptr() - self._buffer().data_ptr() for v in views]
+        return _carve_at(self._buffer(), [offsets[i % 2] for i in range(len(views))], views)
+
+
 class LanesShareBuffer(OriginalAlgorithmManager):
     """Ignores the lane: every lane of a ubatch uses lane 0's buffer."""
 
@@ -92,10 +101,18 @@ class LanesShareBuffer(OriginalAlgorithmManager):
 class WrongOffset(OriginalAlgorithmManager):
     """Rounds the offsets to 64 bytes instead of 256."""
 
+    rounding = 64
+
     def get_simultaneous(self, *shapes_and_dtypes: Any) -> list[torch.Tensor]:
         views = super().get_simultaneous(*shapes_and_dtypes)
-        offsets = list(accumulate([0, *[round_up(v.nbytes, 64) for v in views[:-1]]]))
-        return _carve_at(self._buffer(), offsets, views)
+        sizes = [round_up(v.nbytes, self.rounding) for v in views[:-1]]
+        return _carve_at(self._buffer(), list(accumulate([0, *sizes])), views)
+
+
+class WrongOffsetBy128(WrongOffset):
+    """Rounds the offsets to 128 bytes: half the alignment."""
+
+    rounding = 128
 
 
 class IntactLie(OriginalAlgorithmManager):
