@@ -182,6 +182,32 @@ class FactoryTwice(OriginalAlgorithmManager):
         return resources.setdefault(key, made)
 
 
+class FactoryBeforeLockCheck(OriginalAlgorithmManager):
+    """Calls the factory for a new key before it checks the lock (then refuses the key)."""
+
+    def get_persistent_resource(self, key: Hashable, factory: Callable[[], Any]) -> Any:
+        resources = self._persistent_resources[self._get_workspace_id()]
+        if key in resources:
+            return resources[key]
+        made = factory()
+        if self._locked:
+            raise AssertionError(f"Workspace is locked but {key!r} was not allocated")
+        resources[key] = made
+        return made
+
+
+class ZeroesRetainedSpan(OriginalAlgorithmManager):
+    """Zero-fills a retained span it reports intact (its answer is right, its bytes not)."""
+
+    def get_retained(
+        self, key: Hashable, shape: tuple[int, ...], dtype: torch.dtype
+    ) -> tuple[torch.Tensor, bool]:
+        view, intact = super().get_retained(key, shape, dtype)
+        if intact:
+            view.zero_()
+        return view, intact
+
+
 class ZeroesEveryTime(OriginalAlgorithmManager):
     """``zero_init`` zeroes the tensor on every request, not only on creation."""
 
