@@ -183,13 +183,8 @@ def memoise(
     carved from the slot's buffer of ``generation``, in ``memo`` if the request is plain and
     was seen before (``admitted``; ``None``: not asked yet, ask now); fresh views of them
     either way."""
-    memo.last = layout
-    if (
-        admitted is False
-        or not is_plain(specs)
-        or not (admitted or memo.admits(specs))
-        or modes_active()  # carved under a caller's mode: perhaps the mode's tensors
-    ):
+    if admitted is False or not is_plain(specs) or not (admitted or memo.admits(specs)):
+        memo.last = layout
         return fresh(carved, [(spec.shape, spec.dtype) for spec in layout.specs])
     return keep(memo, specs, layout, carved, state, generation)
 
@@ -203,7 +198,10 @@ def keep(
     generation: int,
 ) -> list[torch.Tensor]:
     """Keep ``carved`` in ``memo`` for ``specs`` (plain ``(shape, dtype)`` pairs, seen
-    before, carved outside any torch mode), as :func:`memoise` does; fresh views of them."""
+    before) unless they were carved under a caller's torch mode; fresh views of them."""
+    if modes_active():  # carved under a caller's mode: perhaps the mode's tensors
+        memo.last = layout
+        return fresh(carved, specs)
     layout = layout.without_growth()  # as a replay will see it (the identity protocol)
     memo.last = layout
     make = view_maker(carved, specs)  # plain: (shape, dtype) pairs

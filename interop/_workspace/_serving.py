@@ -20,8 +20,6 @@ from functional_ws import Growth, Slot, ViewSpec, WorkspaceState
 from functional_ws.fast_paths import fit_plain
 
 from .._errors import FactoryNotCallableError, ReplanLimitError
-from .._private import modes_active
-from ._carving import fresh
 from ._engine import MAX_PLANS, Engine
 from ._memo import Memos, keep, memoise, memoise_retained
 from ._persistent import PersistentTables
@@ -84,11 +82,7 @@ class Server:
         carved, layout, state, generation = self.engine.serve(
             fit_plain, index, specs, None, (index, specs, nbytes, "shapes_and_dtypes")
         )
-        memo = self.memos.acquired_memo(index)
-        memo.last = layout
-        if modes_active():  # carved under a caller's mode: perhaps the mode's tensors
-            return fresh(carved, specs)
-        return keep(memo, specs, layout, carved, state, generation)
+        return keep(self.memos.acquired_memo(index), specs, layout, carved, state, generation)
 
     def retain(
         self, key: Hashable, shape: tuple[int, ...], dtype: torch.dtype, slot: Slot
