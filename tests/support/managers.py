@@ -171,6 +171,35 @@ class NewKeyWhileLocked(OriginalAlgorithmManager):
         return resources[key]
 
 
+class LockSeenLate(OriginalAlgorithmManager):
+    """Checks the lock after resizing a buffer instead of before: the first growth of an
+    existing buffer after each ``lock()`` goes through, and only the next one is refused
+    (a slot's first buffer is refused as it must be)."""
+
+    def __init__(self, num_ubatches: int = 1, num_lanes: int = 1) -> None:
+        super().__init__(num_ubatches, num_lanes)
+        self._grew_while_locked = False
+
+    def lock(self) -> None:
+        super().lock()
+        self._grew_while_locked = False
+
+    def _ensure_workspace_size(
+        self, required_bytes: int, workspace_id: int | None = None
+    ) -> torch.Tensor:
+        slot = self._get_workspace_id() if workspace_id is None else workspace_id
+        if not self._locked or self._grew_while_locked:
+            return super()._ensure_workspace_size(required_bytes, workspace_id)
+        current = self._current_workspaces[slot]
+        if current is None or self._workspace_size_bytes(current) >= required_bytes:
+            return super()._ensure_workspace_size(required_bytes, workspace_id)
+        self._locked = False
+        try:
+            return super()._ensure_workspace_size(required_bytes, workspace_id)
+        finally:
+            self._locked, self._grew_while_locked = True, True
+
+
 class FactoryTwice(OriginalAlgorithmManager):
     """Calls the factory on every request (and keeps the first result)."""
 
@@ -194,6 +223,30 @@ class FactoryBeforeLockCheck(OriginalAlgorithmManager):
             raise AssertionError(f"Workspace is locked but {key!r} was not allocated")
         resources[key] = made
         return made
+
+
+class PersistentInLaneZero(OriginalAlgorithmManager):
+    """Carves the persistent tensors of every lane but the first from the start of lane 0's
+    scratch buffer (the lane's own storage looked up with the default workspace id): lane
+    0's requests then overwrite another lane's persistent tensor."""
+
+    def get_persistent(
+        self, key: Hashable, shape: tuple[int, ...], dtype: torch.dtype, *, zero_init: bool = False
+    ) -> torch.Tensor:
+        if self._get_workspace_id() % self._num_lanes == 0:
+            return super().get_persistent(key, shape, dtype, zero_init=zero_init)
+        nbytes = math.prod(shape) * dtype.itemsize
+        first = self._get_workspace_id() - self._get_workspace_id() % self._num_lanes
+
+        def carve() -> torch.Tensor:
+            buffer = self._ensure_workspace_size(nbytes, first)
+            view = buffer[:nbytes].view(dtype).reshape(shape)
+            return view.zero_() if zero_init else view
+
+        tensor = self.get_persistent_resource((torch.Tensor, key), carve)
+        if tensor.shape != shape or tensor.dtype != dtype:
+            raise ValueError(f"Persistent workspace {key!r} has another shape or dtype.")
+        return tensor  # type: ignore[no-any-return]
 
 
 class ZeroesRetainedSpan(OriginalAlgorithmManager):
