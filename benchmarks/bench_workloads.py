@@ -37,9 +37,11 @@ last line says how many targets were missed.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
+import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -236,6 +238,23 @@ def build_cases(sizes: Sizes) -> dict[str, dict[str, Sampler]]:
     return cases
 
 
+@contextlib.contextmanager
+def _c_stderr_silenced() -> Iterator[None]:
+    """File descriptor 2 pointed at /dev/null: some torch builds' profiler (kineto) prints a
+    ``USDT: ... profiler_start`` and a ``profiler_stop`` line from C at every start and
+    stop, 32 lines in the middle of the table. Only the profiler's start and stop run
+    here, so nothing of ours is hidden."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "wb") as null:
+            os.dup2(null.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
 def allocations_per_growth(make: Callable[[], Any], trials: int) -> int:
     """The most allocations torch's profiler saw in one growth 512 KiB -> 1 MiB (CPU).
 
@@ -248,8 +267,14 @@ def allocations_per_growth(make: Callable[[], Any], trials: int) -> int:
     for _ in range(trials):
         ws = make()
         ws.get_simultaneous(((GROWTH_FROM,), torch.uint8))
-        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        prof: Any = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
+        with _c_stderr_silenced():
+            prof.start()
+        try:
             ws.get_simultaneous(((2 * GROWTH_FROM,), torch.uint8))
+        finally:
+            with _c_stderr_silenced():
+                prof.stop()
         most = max(most, sum(1 for e in prof.events() if e.self_cpu_memory_usage > 0))
     return most
 
