@@ -342,20 +342,24 @@ def _differentiable(
 
     def forward_with_residuals(*primals: Any) -> tuple[tuple[Any, ...], Any]:
         values = tuple(p.value for p in primals)
-        # Which inputs JAX differentiates, carried as the residuals' structure (static).
-        marks = tuple(() if p.perturbed and _floating(p.value.dtype) else None for p in primals)
+        # Which inputs JAX differentiates, as an array the backward's callback reads (a
+        # residual of fixed structure: see backward).
+        marks = jnp.asarray(
+            [p.perturbed and _floating(p.value.dtype) for p in primals], dtype=jnp.bool_
+        )
         # Its callback guarded too: a second derivative differentiates this rule as well.
         return _first_order(forward, sig.name)(*values), (values, marks)
 
     def backward(residuals: Any, cotangents: tuple[Any, ...]) -> tuple[Any, ...]:
         values, marks = residuals
-        # JAX may hand the forward another trace's flags of what it differentiates (a
-        # custom_vjp forward traced for one input's gradient, reused for another's: the
-        # gradient came back zero through lax.cond, checkpoint, scan or vmap, on jax
-        # 0.10.2 and, through checkpoint, 0.12.0.1; pure JAX too). So torch is asked for
-        # every floating input's gradient, and JAX keeps those it needs; the flags only
-        # say which inputs torch must reach (NoGradientError).
-        required = frozenset(i for i, mark in enumerate(marks) if mark == ())
+        # JAX reuses a forward traced for one set of differentiated inputs where the same
+        # set is differentiated again (through jax.checkpoint, lax.cond, scan), but hands
+        # the backward the residuals' structure of the forward traced last (jax 0.10.2,
+        # pure JAX too): flags carried as that structure were another trace's (a gradient
+        # of x refused because y was unused, or a cut-off y given zeros). So the flags are
+        # an array, a value of the forward actually run, which the callback reads; and
+        # torch is asked for every floating input's gradient, of which JAX keeps those it
+        # needs: the flags only say which inputs torch must reach (NoGradientError).
         wanted = [i for i, value in enumerate(values) if _floating(value.dtype)]
         cotangent_of = [
             i
@@ -368,17 +372,17 @@ def _differentiable(
         wait_for((values, cotangents))  # in an eager transform: computed (see wait_for)
         if buffers:
             call = _torch_callback.call_buffers(
-                _torch_callback.backward_buffers(fn, sig, wanted, cotangent_of, required),
+                _torch_callback.backward_buffers(fn, sig, wanted, cotangent_of),
                 grad_specs,
                 backward_vmap,
             )
         else:
             call = _torch_callback.call_host(
-                _torch_callback.backward_host(fn, sig, wanted, cotangent_of, required),
+                _torch_callback.backward_host(fn, sig, wanted, cotangent_of),
                 grad_specs,
                 backward_vmap,
             )
-        grads = _first_order(call, sig.name)(*values, *(cotangents[i] for i in cotangent_of))
+        grads = _first_order(call, sig.name)(*values, *(cotangents[i] for i in cotangent_of), marks)
         found: list[Any] = [None] * len(values)
         for index, grad in zip(wanted, grads, strict=True):
             found[index] = grad

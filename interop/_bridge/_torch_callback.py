@@ -576,21 +576,29 @@ def forward_buffers(fn: Callable[..., Any], sig: Signature) -> Callable[..., Non
     return callback
 
 
+def _required(marks: torch.Tensor, count: int) -> frozenset[int]:
+    """The inputs JAX differentiates, from the forward's flags (``count`` bools; under
+    ``vmap_method="broadcast_all"`` with leading batch axes, every row the same)."""
+    flags = marks.reshape(-1, count)[0].tolist() if marks.numel() else [False] * count
+    return frozenset(i for i, flag in enumerate(flags) if flag)
+
+
 def backward_buffers(
     fn: Callable[..., Any],
     sig: Signature,
     wanted: Sequence[int],
     cotangent_of: Sequence[int],
-    required: Collection[int],
 ) -> Callable[..., None]:
-    """The ``buffer_callback`` body of a backward call: inputs are the primal inputs, then
-    the cotangents of the results ``cotangent_of``; outputs the gradients of ``wanted``."""
+    """The ``buffer_callback`` body of a backward call: inputs are the primal inputs, the
+    cotangents of the results ``cotangent_of``, then the forward's flags of the inputs JAX
+    differentiates; outputs the gradients of ``wanted``."""
     count = len(sig.in_paths)
 
     def callback(ctx: Any, outs: Sequence[Any], *ins: Any) -> None:
         try:
             targets, tensors = _aliases(outs), _aliases(ins)
             device = targets[0].device
+            required = _required(tensors.pop(), count)
             primals, cts = tensors[:count], dict(zip(cotangent_of, tensors[count:], strict=True))
             with _outside_inference():
                 if device.type != "cuda":
@@ -652,7 +660,6 @@ def backward_host(
     sig: Signature,
     wanted: Sequence[int],
     cotangent_of: Sequence[int],
-    required: Collection[int],
 ) -> Callable[..., Any]:
     """The ``pure_callback`` body of a backward call (the fallback)."""
     count = len(sig.in_paths)
@@ -660,6 +667,7 @@ def backward_host(
     def callback(*arrays: Any) -> tuple[np.ndarray[Any, Any], ...]:
         try:
             tensors = [_host_tensor(a) for a in arrays]
+            required = _required(tensors.pop(), count)
             primals, cts = tensors[:count], dict(zip(cotangent_of, tensors[count:], strict=True))
             with _outside_inference():
                 grads = run_backward(fn, sig, primals, wanted, cts, _CPU, required)

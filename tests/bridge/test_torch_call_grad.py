@@ -125,6 +125,43 @@ def test_gradients_stay_right_after_gradients_by_other_inputs(route):
     np.testing.assert_allclose(np.asarray(by_w(layer)), np.asarray(by_w(pure)), rtol=1e-5)
 
 
+def _through(route, loss, argnums):
+    """``jax.grad(loss, argnums)`` taken through ``route``."""
+    if route == "checkpoint":
+        loss = jax.checkpoint(loss)
+    elif route == "cond":
+        inner = loss
+        loss = lambda x, y: jax.lax.cond(True, inner, lambda x, y: 0.0 * x.sum(), x, y)  # noqa: E731
+    grad = jax.grad(loss, argnums)
+    return jax.jit(grad) if route == "jit" else grad
+
+
+@pytest.mark.usefixtures("path")
+@pytest.mark.parametrize("route", ["grad", "jit", "checkpoint", "cond"])
+def test_which_inputs_torch_must_reach_is_decided_by_this_gradient(route):
+    """JAX hands a backward the residuals' structure of the forward it traced last (jax
+    0.10.2, pure JAX too) while it reuses a forward traced earlier: flags of what JAX
+    differentiates carried as that structure were another gradient's. After a gradient by
+    x and one by y (its result stopped), a gradient by x of a function ignoring y was
+    refused (y unreached), and one by y of a function detaching y came back zero."""
+    x, y = jnp.arange(1.0, 4.0, dtype=F32), jnp.arange(4.0, 7.0, dtype=F32)
+    ignores_y = interop.torch_call(lambda x, y: x * 2, lambda x, y: x)
+    detaches_y = interop.torch_call(lambda x, y: x * 2 + y.detach() * 3, lambda x, y: x)
+    # Two traces of each forward, the other input's last: by x, then by y for ignores_y;
+    # by y, then by x for detaches_y.
+    by_y_stopped = lambda f: lambda x, y: jax.lax.stop_gradient(f(x, y)).sum() + y.sum()  # noqa: E731
+    jax.grad(lambda x, y: ignores_y(x, y).sum())(x, y)
+    jax.grad(by_y_stopped(ignores_y), 1)(x, y)
+    jax.grad(by_y_stopped(detaches_y), 1)(x, y)
+    jax.grad(lambda x, y: detaches_y(x, y).sum())(x, y)
+
+    by_x = _through(route, lambda x, y: ignores_y(x, y).sum(), 0)
+    np.testing.assert_array_equal(np.asarray(by_x(x, y)), [2.0, 2.0, 2.0])
+    by_y = _through(route, lambda x, y: detaches_y(x, y).sum(), 1)
+    with pytest.raises(jax.errors.JaxRuntimeError, match=r"NoGradientError.*input args\[1\]"):
+        by_y(x, y)
+
+
 @pytest.mark.usefixtures("path")
 def test_a_result_made_only_of_inputs_jax_does_not_differentiate_adds_nothing():
     """As in JAX: its cotangent reaches no differentiated input. Not a cut graph."""
