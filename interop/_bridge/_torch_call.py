@@ -425,8 +425,10 @@ def torch_call(
     ``torch.no_grad()``), or a result cut off from every input inside ``fn`` gets a nonzero
     cotangent, the backward raises :class:`~interop.errors.NoGradientError` instead of
     returning zeros: pass such an input (or result) through ``jax.lax.stop_gradient`` to
-    say its gradient is zero on purpose. (A result made only of inputs JAX does not
-    differentiate is no such case: it adds nothing, as in JAX.) Complex gradients follow
+    say its gradient is zero on purpose. (A result made only of floating inputs JAX does
+    not differentiate is no such case: it adds nothing, as in JAX. One made only of
+    integer or bool inputs has no history in torch, as a cut-off one has, and is refused
+    alike: ``stop_gradient`` it.) Complex gradients follow
     JAX's convention. The backward records even under the caller's ``torch.no_grad()``
     or ``torch.inference_mode()``, and every floating input requires grad in it. Tensors
     ``fn`` closes over (a module's parameters) are not differentiated: a result that

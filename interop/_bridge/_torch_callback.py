@@ -445,8 +445,10 @@ def run_backward(
         if cotangent is not None and bool(cotangent.any()):
             raise NoGradientError(
                 f"torch_call: result{sig.out_paths[index]} of {sig.name} has no autograd "
-                "history (torch.no_grad() or detach() inside the function, or a kernel "
-                "without a backward), but JAX differentiates it with a nonzero "
+                "history (torch.no_grad() or detach() inside the function, a kernel "
+                "without a backward, or it is computed only from integer or bool inputs, "
+                "which torch cannot tell from a cut graph), but JAX differentiates it "
+                "with a nonzero "
                 "cotangent: its gradient would be silently dropped. Make it "
                 "differentiable in torch, or apply jax.lax.stop_gradient to that result "
                 "in JAX if no gradient should flow through it."

@@ -280,6 +280,20 @@ def test_a_result_without_history_is_an_error_when_its_cotangent_is_nonzero():
 
 
 @pytest.mark.usefixtures("path")
+def test_a_result_made_only_of_integer_inputs_is_refused_as_a_cut_one_is():
+    """torch gives ``mask.float()`` no history, as it gives a cut result: the two cannot be
+    told apart, so its nonzero cotangent is refused, naming the cause and stop_gradient."""
+    layer = interop.torch_call(
+        lambda x, n: (x * 2, n.float()), lambda x, n: (x, spec(n.shape, jnp.float32))
+    )
+    x, n = jnp.ones(3, F32), jnp.arange(3, dtype=jnp.int32)
+    with pytest.raises(jax.errors.JaxRuntimeError, match=r"result\[1\].*integer or bool inputs"):
+        jax.grad(lambda x: sum(r.sum() for r in layer(x, n)))(x)
+    stopped = jax.grad(lambda x: layer(x, n)[0].sum() + jax.lax.stop_gradient(layer(x, n)[1]).sum())
+    np.testing.assert_array_equal(stopped(x), np.full(3, 2.0))
+
+
+@pytest.mark.usefixtures("path")
 def test_an_error_inside_the_backward_keeps_fns_frames_in_the_message():
     calls = []
 
