@@ -222,10 +222,19 @@ def _results(
         leaves, tree = [returned], sig.out_tree
     else:
         leaves, tree = jax.tree_util.tree_flatten(returned)
+    if tree != sig.out_tree and any(map(_is_return_type, leaves)):
+        # torch.return_types (t.max(0), t.sort(), t.topk(k)): named tuples of tensors
+        # that JAX takes for one leaf; promised as the tuples they are.
+        returned = jax.tree_util.tree_map(
+            lambda leaf: tuple(leaf) if _is_return_type(leaf) else leaf, returned
+        )
+        leaves, tree = jax.tree_util.tree_flatten(returned)
     if tree != sig.out_tree:
+        kind = type(returned)
         raise ResultStructureError(
-            f"torch_call: {sig.name} returned a result of structure {tree}, but "
-            f"result_shape_dtypes promised {sig.out_tree}. No output was written."
+            f"torch_call: {sig.name} returned a {kind.__module__}.{kind.__qualname__} of "
+            f"structure {tree}, but result_shape_dtypes promised {sig.out_tree}. No "
+            "output was written."
         )
     for path, leaf, unbatched, dtype in zip(
         sig.out_paths, leaves, sig.out_shapes, sig.out_dtypes, strict=True
@@ -264,6 +273,11 @@ def _results(
                 "inputs' device). No output was written."
             )
     return leaves
+
+
+def _is_return_type(leaf: Any) -> bool:
+    """Whether ``leaf`` is one of torch's ``torch.return_types`` (a tuple subclass)."""
+    return isinstance(leaf, tuple) and type(leaf).__module__ == "torch.return_types"
 
 
 def _snapshot(tensors: list[torch.Tensor]) -> list[tuple[Any, ...]]:

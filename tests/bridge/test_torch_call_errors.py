@@ -93,7 +93,11 @@ def test_bad_calls_are_refused_naming_the_argument(make, error, builtin, match):
 
 PROMISE = (spec((2, 3)), spec((4,), jnp.int32))
 BROKEN = [
-    ("structure", lambda x: [x], errors.ResultStructureError, "structure"),
+    ("structure", lambda x: [x], errors.ResultStructureError,
+     r"returned a builtins.list of structure PyTreeDef\(\[\*\]\), but result_shape_dtypes "
+     r"promised PyTreeDef\(\(\*, \*\)\)"),
+    ("return-type-in-a-list", lambda x: [x.max(0)], errors.ResultStructureError,
+     r"returned a builtins.list of structure PyTreeDef\(\[\(\*, \*\)\]\)"),
     ("not-a-tensor", lambda x: (x, np.zeros(4, np.int32)), errors.ResultStructureError,
      r"ndarray at result\[1\], expected a torch.Tensor of shape \(4,\)"),
     ("shape", lambda x: (x.T, torch.zeros(4, dtype=torch.int32)), errors.ResultShapeError,
@@ -128,6 +132,19 @@ def test_a_broken_promise_names_expected_and_got_and_writes_nothing(monkeypatch,
         jax.block_until_ready(jax.jit(call)(jnp.ones((2, 3), F32)))
     assert writes == []
     assert issubclass(error, errors.ResultMismatchError)
+
+
+@pytest.mark.usefixtures("path")
+def test_a_torch_return_type_is_the_tuple_it_is():
+    """``t.max(0)``, ``t.sort()``, ``t.topk(k)`` return ``torch.return_types``: named tuples
+    of tensors that JAX takes for one leaf; a tuple promise takes them as tuples."""
+    promise = lambda t: (spec(t.shape[1:], t.dtype), spec(t.shape[1:], jnp.int32))  # noqa: E731
+    fn = lambda t: (lambda r: type(r)((r.values, r.indices.int())))(t.max(0))  # noqa: E731
+    call = interop.torch_call(fn, promise)
+    x = jnp.asarray([[1.0, 5.0, 2.0], [4.0, 0.0, 3.0]], F32)
+    for got in (call(x), jax.jit(call)(x)):
+        np.testing.assert_array_equal(np.asarray(got[0]), [4.0, 5.0, 3.0])
+        np.testing.assert_array_equal(np.asarray(got[1]), [1, 0, 1])
 
 
 @pytest.mark.parametrize(
