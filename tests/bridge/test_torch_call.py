@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import _thread
 import threading
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -351,3 +352,35 @@ def test_fn_sees_the_callers_ubatch_and_lane():
         call(jnp.ones(2, F32))
     call(jnp.zeros(2, F32))
     assert slots == [(1, 0), (0, 0)]
+
+
+def test_the_fallback_returns_a_conjugate_view_result():
+    """pure_callback: a result with torch's conjugate bit set crosses as its values."""
+    mp = pytest.MonkeyPatch()
+    mp.setattr(_torch_callback, "use_buffers", False)
+    try:
+        z = jnp.array([1 + 2j, -3 - 0.5j], jnp.complex64)
+        got = interop.torch_call(lambda z: z.conj(), lambda z: z)(z)
+        np.testing.assert_array_equal(got, np.conj(np.asarray(z)))
+    finally:
+        mp.undo()
+
+
+def test_the_fallback_hands_fn_tensors_over_writable_host_memory(monkeypatch):
+    """pure_callback: a read-only host input is copied before torch wraps it (torch warns,
+    once a process, that writing through such a tensor is undefined)."""
+    monkeypatch.setattr(_torch_callback, "use_buffers", False)
+    wrapped = []
+    from_numpy = torch.from_numpy
+
+    def recording(array):
+        wrapped.append(array.flags.writeable)
+        return from_numpy(array)
+
+    monkeypatch.setattr(torch, "from_numpy", recording)
+    x = jnp.arange(4, dtype=F32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # torch warns (once a process) over a read-only array
+        got = interop.torch_call(torch.sin, lambda x: x)(x)
+    np.testing.assert_allclose(got, np.sin(np.arange(4)), rtol=1e-6)
+    assert wrapped and all(wrapped)

@@ -425,3 +425,62 @@ def test_parameters_fn_closes_over_warn_that_jax_drops_their_gradients():
         jax.grad(lambda x: layer(x).sum())(x)
         tanh = interop.torch_call(torch.tanh, lambda x: x)
         jax.jit(jax.grad(lambda x: tanh(x).sum()))(x)
+
+
+@pytest.mark.usefixtures("path")
+def test_restriding_an_input_in_place_keeping_its_shape_is_a_resize():
+    """as_strided_ to the same shape and pointer but other strides: InputResizedError, not
+    InputWrittenError."""
+
+    def fn(x):
+        x.as_strided_((2, 2), (1, 2))  # a transpose in place: same shape, same memory
+        return torch.zeros(2, 2)
+
+    with pytest.raises(errors.InputResizedError, match=r"resized input args\[0\]"):
+        interop.torch_call(fn, spec((2, 2)))(jnp.ones((2, 2), F32))
+
+
+@pytest.mark.usefixtures("path")
+def test_writing_into_an_input_in_the_backward_is_refused():
+    """The backward's own run of fn is checked for input writes (under jit(grad) it is fn's
+    only run: XLA drops the forward whose result only the backward needs)."""
+
+    def fn(x):
+        if x.requires_grad:  # only in the backward: the forward's inputs do not require grad
+            with torch.no_grad():
+                x.mul_(1)
+        return x * 2
+
+    layer = interop.torch_call(fn, lambda x: x)
+    with pytest.raises(jax.errors.JaxRuntimeError, match="InputWrittenError"):
+        jax.block_until_ready(jax.jit(jax.grad(lambda x: layer(x).sum()))(jnp.ones(3, F32)))
+
+
+@pytest.mark.usefixtures("path")
+def test_a_numpy_float64_scalar_is_refused_while_x64_is_off():
+    """A NumPy float64 scalar (np.generic, not ndarray) would be narrowed: X64DisabledError."""
+    call = interop.torch_call(lambda x, s: x * s, lambda x, s: x)
+    with pytest.raises(errors.X64DisabledError, match=r"argument args\[1\].*narrow"):
+        call(jnp.ones(2, F32), np.float64(1e300))
+
+
+@pytest.mark.usefixtures("path")
+def test_a_promised_dimension_of_zero_is_accepted():
+    """A size-0 dimension is a size: promised and returned, it is no ResultSpecError."""
+    call = interop.torch_call(lambda x: x[:0] * 2, spec((0,)))
+    assert call(jnp.ones(3, F32)).shape == (0,)
+
+
+class _Spec:
+    """A promise with any shape at all (``jax.ShapeDtypeStruct`` refuses some itself)."""
+
+    dtype = F32
+
+    def __init__(self, shape):
+        self.shape = shape
+
+
+def test_a_numpy_bool_dimension_is_refused_naming_it():
+    """np.True_ as a dimension gets torch_call's own message, as Python's True does."""
+    with pytest.raises(errors.ResultSpecError, match=r"a dimension must be an int, got np\.True_"):
+        interop.torch_call(lambda x: x, _Spec((np.True_,)))

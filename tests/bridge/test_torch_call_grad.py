@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -400,3 +402,85 @@ def test_the_sweep_of_traced_calls_tolerates_inserts_from_other_threads(monkeypa
     )
     assert _torch_callback._first_backward(sig) is False
     assert isinstance(table[id(sig)], weakref.ReferenceType)
+
+
+@pytest.mark.usefixtures("path")
+def test_a_result_without_history_is_an_error_when_any_cotangent_element_is_nonzero():
+    """One nonzero element of a cut-off result's cotangent is enough for NoGradientError."""
+
+    def fn(x):
+        with torch.no_grad():
+            cut = x * 3
+        return x * 2, cut
+
+    layer = interop.torch_call(fn, lambda x: (x, x))
+    _, vjp = jax.vjp(layer, jnp.ones(3, F32))
+    with pytest.raises(jax.errors.JaxRuntimeError, match=r"result\[1\].*no autograd history"):
+        jax.block_until_ready(vjp((jnp.ones(3, F32), jnp.array([0.0, 1.0, 0.0], F32))))
+
+
+@pytest.mark.usefixtures("path")
+def test_an_input_reached_only_by_a_result_without_cotangent_gets_a_zero_gradient():
+    """x reaches only result[0], whose cotangent is a symbolic zero: its gradient is zero,
+    not a NoGradientError."""
+    layer = interop.torch_call(lambda x, y: (x * 2, y * 3), lambda x, y: (x, y))
+    x, y = jnp.ones(3, F32), jnp.ones(3, F32)
+    gx, gy = jax.grad(lambda x, y: layer(x, y)[1].sum(), argnums=(0, 1))(x, y)
+    np.testing.assert_array_equal(gx, np.zeros(3))
+    np.testing.assert_array_equal(gy, np.full(3, 3.0))
+
+
+@pytest.mark.usefixtures("path")
+def test_no_backward_runs_fn_when_no_floating_result_gets_a_cotangent():
+    """vjp of the integer result alone (float0 cotangent): a zero gradient, and fn runs
+    once (no backward)."""
+    calls = []
+
+    def fn(x):
+        calls.append(x.requires_grad)
+        return x * 2, (x > 0).to(torch.int32)
+
+    layer = interop.torch_call(fn, lambda x: (x, spec(x.shape, jnp.int32)))
+    x = jnp.linspace(-1, 1, 4, dtype=F32)
+    _, vjp = jax.vjp(lambda x: layer(x)[1], x)
+    (g,) = vjp(np.zeros(4, jax.dtypes.float0))
+    np.testing.assert_array_equal(g, np.zeros(4))
+    assert calls == [False]  # the forward only
+
+
+@pytest.mark.usefixtures("path")
+def test_an_input_returned_as_it_is_passes_its_cotangent_through():
+    """fn returning its input itself (a leaf that requires grad, no grad_fn) is differentiated."""
+    layer = interop.torch_call(lambda x, y: (x, x * y), lambda x, y: (x, x))
+    x, y = jnp.full(3, 2.0, F32), jnp.full(3, 3.0, F32)
+    gx = jax.grad(lambda x: layer(x, y)[0].sum() + layer(x, y)[1].sum())(x)
+    np.testing.assert_allclose(gx, np.full(3, 4.0))
+
+
+def _dropped(record):
+    return [w for w in record if issubclass(w.category, errors.DroppedGradientWarning)]
+
+
+@pytest.mark.usefixtures("path")
+def test_a_call_whose_results_all_require_grad_through_parameters_warns_once():
+    """Several results requiring grad through a closed-over parameter: one warning per call."""
+    linear = torch.nn.Linear(3, 3)
+    layer = interop.torch_call(lambda x: (linear(x), linear(x) * 2), lambda x: (x, x))
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        layer(jnp.ones((2, 3), F32))
+    assert len(_dropped(record)) == 1
+
+
+@pytest.mark.usefixtures("path")
+def test_the_backward_looks_for_parameters_once_per_traced_call():
+    """Under jit(grad) only the backward runs fn; it warns at its first run, not at every run."""
+    linear = torch.nn.Linear(3, 3)
+    layer = interop.torch_call(lambda x: linear(x) * 2, lambda x: x)
+    grad = jax.jit(jax.grad(lambda x: layer(x).sum()))
+    x = jnp.ones((2, 3), F32)
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        for _ in range(3):
+            jax.block_until_ready(grad(x))
+    assert len(_dropped(record)) == 1

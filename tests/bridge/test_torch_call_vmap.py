@@ -89,3 +89,29 @@ def test_gradient_of_a_vmapped_call_sums_over_the_batch(method):
     got = jax.jit(jax.grad(lambda w: jnp.sum(jax.vmap(layer, in_axes=(0, None))(XS, w) ** 2)))(W)
     expected = jax.grad(lambda w: jnp.sum(jnp.tanh(XS * w) ** 2))(W)
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.usefixtures("path")
+@pytest.mark.parametrize("method", ["expand_dims", "broadcast_all"])
+def test_nested_vmaps_add_every_leading_axis_to_the_expected_result_shape(method):
+    """Two nested jax.vmap give fn two leading axes, and the result check expects both."""
+    seen = []
+
+    def fn(x):
+        seen.append(tuple(x.shape))
+        return x * 2
+
+    layer = interop.torch_call(fn, lambda x: x, vmap_method=method)
+    xs = jnp.arange(24, dtype=F32).reshape(2, 3, 4)
+    np.testing.assert_allclose(jax.vmap(jax.vmap(layer))(xs), np.asarray(xs) * 2)
+    assert seen == [(2, 3, 4)]
+
+
+@pytest.mark.usefixtures("path")
+def test_expand_dims_batch_is_broadcast_over_the_inputs_not_taken_from_the_first():
+    """With "expand_dims" and an unbatched first argument (axis of 1), the batch is the others'."""
+    layer = interop.torch_call(
+        lambda w, x: torch.tanh(x * w), lambda w, x: spec(x.shape), vmap_method="expand_dims"
+    )
+    out = jax.vmap(layer, in_axes=(None, 0))(W, XS)
+    np.testing.assert_allclose(out, jnp.tanh(XS * W), rtol=1e-6)
