@@ -409,3 +409,52 @@ def test_the_one_line_summary_of_a_trace_in_many_slots_names_their_count_and_ran
     assert len(str(trace).splitlines()[0]) < 100 and len(trace._repr_html_()) < 60_000
     two = fws.Trace().acquire((0, 0), ((1,), U8)).acquire((1, 0), ((1,), U8))
     assert repr(two) == "Trace(2 events in slots (0, 0), (1, 0): 2 acquire)"
+
+
+def test_the_one_line_summary_names_up_to_eight_slots_one_by_one():
+    """A trace in exactly 8 slots lists them all; only past 8 does it give count and range."""
+    eight = fws.Trace(tuple(fws.TraceEvent("claim", (u, 0), (), "k") for u in range(8)))
+    slots = ", ".join(str((u, 0)) for u in range(8))
+    assert repr(eight) == f"Trace(8 events in slots {slots}: 8 claim)"
+    nine = fws.Trace(tuple(fws.TraceEvent("claim", (u, 0), (), "k") for u in range(9)))
+    assert repr(nine) == "Trace(9 events in 9 slots, (0, 0) to (8, 0): 9 claim)"
+
+
+def test_an_empty_retain_records_zero_bytes_and_sizes_nothing():
+    """get_retained of an empty view is a 0-byte request: the trace and worst_case say 0."""
+    t = fws.Trace().retain((0, 0), "k", ((0,), np.dtype("float32")))
+    assert t.events[0].views == ((0, "float32"),)
+    assert fws.worst_case(t, like=fws.initial_state()).capacity((0, 0)) == 0
+
+
+@pytest.mark.parametrize(
+    "key",
+    [{"tuple": ["a", 1], "repr": "x"}, {"repr": "x", "extra": 1}, {"tuple": [], "other": None}],
+    ids=["tuple-and-repr", "repr-and-extra", "tuple-and-extra"],
+)
+def test_a_key_object_with_more_than_its_one_field_is_refused(key):
+    """A key's JSON object holds exactly one field ('tuple' or 'repr'); more is refused."""
+    text = json.dumps(
+        {
+            "format": "functional-ws/trace",
+            "version": 1,
+            "events": [{"kind": "claim", "slot": [0, 0], "key": key}],
+        }
+    )
+    with pytest.raises(fws.InvalidTraceError, match=r"\['key'\]"):
+        fws.Trace.from_json(text)
+
+
+@pytest.mark.parametrize(
+    "key",
+    [float("inf"), float("-inf"), np.float64("inf"), ("scales", float("inf"))],
+    ids=["inf", "minus-inf", "numpy-inf", "tuple-with-inf"],
+)
+def test_an_infinite_float_key_goes_by_repr_and_replays_as_written(key):
+    """JSON has no infinity: such a key is written as its repr, read back as a ReprKey."""
+    t = fws.Trace().claim((0, 0), key)
+    back = fws.Trace.from_json(t.to_json())
+    assert repr(back.events[0].key) == repr(key)
+    assert fws.Trace.from_json(back.to_json()) == back
+    state = fws.lock(fws.claim(fws.initial_state(), (0, 0), key)[0])
+    assert fws.replay(state, back) == fws.replay(state, t) == ()

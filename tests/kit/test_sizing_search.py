@@ -163,3 +163,22 @@ def test_a_workload_that_uses_up_its_parameters_is_flaky_not_a_counterexample():
     sizes = st.lists(st.integers(0, 5000), min_size=1)
     with pytest.raises(Flaky, match=r"fell short during the search but not when run again"):
         find_shortfall(sizes, consuming, reserved, settings=DERANDOMIZED)
+
+
+def test_the_search_climbs_on_the_slot_that_comes_closest_not_on_a_roomy_one():
+    """find_shortfall targets the largest gap over the slots: a roomy second slot the
+    workload also uses must not pin the climb's score."""
+    derandomized = settings(max_examples=100, derandomize=True, database=None, deadline=None)
+
+    def workload(sizes):
+        a, b = sizes
+        t = fws.Trace().acquire((0, 0), ((a,), U8), ((b,), U8))
+        return t.acquire((1, 0), ((16,), U8))  # always far below what slot (1, 0) holds
+
+    like = fws.initial_state(num_ubatches=2)
+    need = fws.worst_case(workload((4096, 4096)), like=like).capacity((0, 0))
+    state, _ = fws.reserve(like, [((need - 256,), U8)], ((0, 0),))
+    state, _ = fws.reserve(state, [((1 << 20,), U8)], ((1, 0),))
+    sizes = st.tuples(st.integers(0, 4096), st.integers(0, 4096))
+    found = find_shortfall(sizes, workload, fws.lock(state), settings=derandomized)
+    assert found is not None and min(found.params) > 3584
