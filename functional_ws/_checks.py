@@ -24,7 +24,8 @@ def check_int(
     error: type[Exception] = ValueError,
     type_error: type[Exception] | None = None,
 ) -> int:
-    """``value`` if it is an ``int`` (not a ``bool``) in ``[minimum, maximum]``; else raise.
+    """``value`` as a plain ``int`` if it is an ``int`` (not a ``bool``) in ``[minimum,
+    maximum]``; else raise.
 
     Args:
         value: what the caller passed.
@@ -36,7 +37,8 @@ def check_int(
             original's ``TypeError`` cases); ``None``: ``error``.
 
     Returns:
-        ``value``, unchanged.
+        ``int(value)``: an ``int`` subclass (an ``IntEnum`` member) comes back a plain
+        ``int``, so states and traces hold plain values.
 
     Raises:
         ``error``: naming ``name`` and the value.
