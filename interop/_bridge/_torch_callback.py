@@ -230,9 +230,9 @@ def _results(
         )
         leaves, tree = jax.tree_util.tree_flatten(returned)
     if tree != sig.out_tree:
-        kind = type(returned)
+        got = type(returned)
         raise ResultStructureError(
-            f"torch_call: {sig.name} returned a {kind.__module__}.{kind.__qualname__} of "
+            f"torch_call: {sig.name} returned a {got.__module__}.{got.__qualname__} of "
             f"structure {tree}, but result_shape_dtypes promised {sig.out_tree}. No "
             "output was written."
         )
