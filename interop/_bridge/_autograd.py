@@ -32,7 +32,13 @@ import torch
 from .. import _private
 from .._errors import ZeroCopyError
 from . import _vjp
-from ._exchange import cotangent_to_jax, results_to_torch, to_jax_or_copy, unshared
+from ._exchange import (
+    cotangent_to_jax,
+    held_elsewhere,
+    results_to_torch,
+    to_jax_or_copy,
+    unshared,
+)
 from ._functions import Function
 from ._handoff import to_jax, to_torch
 
@@ -250,8 +256,13 @@ class JaxFunction(torch.autograd.Function):
         if not any(needed):  # no gradient reaches an input (torch's None for each)
             return (None,) * (1 + n_tensors)
         backward = call.plan.backward(info, tuple(kinds), needed)
-        gradients = [None if g is None else to_torch(g) for g in backward(leaves, given)]
-        if not call.plan.jitted:  # eager JAX may return a cotangent, or one array twice
+        if call.plan.jitted and not _vjp.jit_disabled():
+            gradients = [None if g is None else to_torch(g) for g in backward(leaves, given)]
+        else:  # eager JAX may return a cotangent, one array twice, or one it keeps
+            gradients = [
+                None if g is None else to_torch(g).clone() if held_elsewhere(g, 1) else to_torch(g)
+                for g in backward(leaves, given)
+            ]
             gradients = unshared(gradients, (*grads, *saved))
         return (None, *gradients, *[None] * (n_tensors - call.n_diff))
 
@@ -397,7 +408,8 @@ def run(function: Function, leaves: list[Any], treedef: Any, lineage: tuple[Any,
             raise
         raise NotImplementedError(LEGACY_VMAP_ADVICE) from err
     jax_args, jax_kwargs = jax.tree_util.tree_unflatten(treedef, arguments)
-    return results_to_torch(function(*jax_args, **jax_kwargs))
+    eager = not function.jitted or _vjp.jit_disabled()  # may return an array it keeps
+    return results_to_torch(function(*jax_args, **jax_kwargs), arguments if eager else None)
 
 
 #: Why a tensor batched by torch's legacy vmap cannot go through a jax_call.

@@ -19,6 +19,7 @@ copied (:func:`unshared`).
 from __future__ import annotations
 
 import dataclasses
+import sys
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -151,19 +152,46 @@ def unshared(
     return out
 
 
-def results_to_torch(result: Any) -> Any:
+def held_elsewhere(array: Any, ours: int) -> bool:
+    """Whether something besides the caller's ``ours`` references holds the JAX array
+    ``array``: a constant a function closes over, a global, a surrogate gradient a
+    ``custom_vjp`` returns as is. Its buffer handed to torch as is would be written by
+    torch's in-place ops (a gradient accumulated into ``.grad``, ``add_`` on a result),
+    which JAX takes as immutable. (CPython's reference count; an array the caller alone
+    holds is one an eager call computed.)
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> kept = jnp.arange(3.0)
+        >>> fresh = [kept * 2, kept]
+        >>> [held_elsewhere(array, 1) for array in fresh]  # ours: the list
+        [False, True]
+    """
+    # + the caller's loop variable, this function's parameter and getrefcount's argument
+    return sys.getrefcount(array) > ours + 3
+
+
+def results_to_torch(result: Any, inputs: Sequence[Any] | None = None) -> Any:
     """The arrays in a function's result as tensors (:func:`~interop.to_torch`; NumPy
     results converted as :func:`host_result` says), one tensor per array: an array that
-    appears twice comes back as two tensors with buffers of their own."""
+    appears twice comes back as two tensors with buffers of their own.
+
+    ``inputs``: the arguments of an eager call (an unjitted function, or ``jax.disable_jit``)
+    whose result is read here: an array of its result that something else holds (a
+    constant it closes over: :func:`held_elsewhere`) gets a buffer of its own, except an
+    input returned as is (documented: it aliases the input)."""
     leaves, treedef = jax.tree_util.tree_flatten(result)
+    own = None if inputs is None else {id(array) for array in inputs}
     tensors = []
     seen: set[int] = set()
     for leaf in leaves:
         leaf = host_result(leaf)
         if _dlpack.is_array_impl(leaf):
+            # ours: the result's container (or the result itself) and the leaves' list
+            copy = own is not None and id(leaf) not in own and held_elsewhere(leaf, 2)
             tensor = to_torch(leaf)
             if tensor.numel():
-                if tensor.data_ptr() in seen:
+                if copy or tensor.data_ptr() in seen:
                     tensor = tensor.clone()
                 seen.add(tensor.data_ptr())
             leaf = tensor

@@ -44,6 +44,60 @@ def test_accumulated_gradients_are_torchs(kind):
 
 
 @pytest.mark.parametrize("kind", list(_ADD))
+def test_under_disable_jit_a_jitted_functions_gradients_are_buffers_of_their_own(kind):
+    """jax.disable_jit() runs a jitted function's backward eagerly: its transpose of
+    ``a + b`` hands back torch's cotangent for both inputs, as an unjitted one does (the
+    gradients were the user's cotangent, and one buffer for both)."""
+    add = interop.jax_call(_ADD[kind])
+    a, b = torch.zeros(5, requires_grad=True), torch.zeros(5, requires_grad=True)
+    cotangent = torch.arange(5.0)
+    with jax.disable_jit():
+        for _ in range(2):
+            add(a, b).backward(cotangent)
+    assert a.grad.tolist() == b.grad.tolist() == [0.0, 2.0, 4.0, 6.0, 8.0]
+    assert cotangent.tolist() == [0.0, 1.0, 2.0, 3.0, 4.0]
+    assert not _overlap(a.grad, b.grad)
+
+
+def test_a_gradient_the_function_keeps_is_copied_before_torch_accumulates_into_it():
+    """An unjitted custom_vjp whose backward returns an array it keeps (a straight-through
+    surrogate): .grad over that array's buffer, accumulated in place, rewrote it for every
+    later gradient, JAX's own included. A gradient JAX computed in the call is not copied."""
+    surrogate = jnp.array([1.0, 2.0, 3.0])
+
+    @jax.custom_vjp
+    def ste(x):
+        return jnp.round(x)
+
+    ste.defvjp(lambda x: (jnp.round(x), None), lambda _, ct: (surrogate,))
+    rounded = interop.jax_call(ste)
+    x = torch.zeros(3, requires_grad=True)
+    for _ in range(2):
+        rounded(x).sum().backward()
+    assert x.grad.tolist() == [2.0, 4.0, 6.0]
+    assert surrogate.tolist() == [1.0, 2.0, 3.0]
+    assert not _overlap(x.grad, interop.to_torch(surrogate))
+    fresh = interop.jax_call(lambda x: jnp.round(x) + x * 2)
+    y = torch.zeros(3, requires_grad=True)
+    fresh(y).sum().backward()
+    assert y.grad.tolist() == [2.0, 2.0, 2.0]
+
+
+def test_a_result_the_function_keeps_is_copied_and_an_input_returned_as_is_is_not():
+    """An unjitted function returning a constant it closes over (a table): an in-place op
+    on the result rewrote the constant for every later call; an input returned as is
+    still aliases that input (documented), and a result JAX computed is not copied."""
+    table = jnp.arange(3.0)
+    lookup = interop.jax_call(lambda x: (x * 2, table, x))
+    x = torch.ones(3)
+    doubled, kept, same = lookup(x)
+    kept.add_(100.0)
+    assert table.tolist() == [0.0, 1.0, 2.0] and lookup(x)[1].tolist() == [0.0, 1.0, 2.0]
+    assert same.data_ptr() == x.data_ptr()
+    assert doubled.tolist() == [2.0, 2.0, 2.0]
+
+
+@pytest.mark.parametrize("kind", list(_ADD))
 def test_gradients_share_no_memory_with_the_incoming_gradient_or_each_other(kind):
     add = interop.jax_call(_ADD[kind])
     a, b = torch.zeros(5, requires_grad=True), torch.zeros(5, requires_grad=True)
