@@ -225,30 +225,6 @@ class FactoryBeforeLockCheck(OriginalAlgorithmManager):
         return made
 
 
-class PersistentInLaneZero(OriginalAlgorithmManager):
-    """Carves the persistent tensors of every lane but the first from the start of lane 0's
-    scratch buffer (the lane's own storage looked up with the default workspace id): lane
-    0's requests then overwrite another lane's persistent tensor."""
-
-    def get_persistent(
-        self, key: Hashable, shape: tuple[int, ...], dtype: torch.dtype, *, zero_init: bool = False
-    ) -> torch.Tensor:
-        if self._get_workspace_id() % self._num_lanes == 0:
-            return super().get_persistent(key, shape, dtype, zero_init=zero_init)
-        nbytes = math.prod(shape) * dtype.itemsize
-        first = self._get_workspace_id() - self._get_workspace_id() % self._num_lanes
-
-        def carve() -> torch.Tensor:
-            buffer = self._ensure_workspace_size(nbytes, first)
-            view = buffer[:nbytes].view(dtype).reshape(shape)
-            return view.zero_() if zero_init else view
-
-        tensor = self.get_persistent_resource((torch.Tensor, key), carve)
-        if tensor.shape != shape or tensor.dtype != dtype:
-            raise ValueError(f"Persistent workspace {key!r} has another shape or dtype.")
-        return tensor  # type: ignore[no-any-return]
-
-
 class ZeroesRetainedSpan(OriginalAlgorithmManager):
     """Zero-fills a retained span it reports intact (its answer is right, its bytes not)."""
 
@@ -315,9 +291,10 @@ class PersistentInScratch(OriginalAlgorithmManager):
         self, key: Hashable, shape: tuple[int, ...], dtype: torch.dtype, *, zero_init: bool = False
     ) -> torch.Tensor:
         nbytes = math.prod(shape) * dtype.itemsize
+        slot = self._scratch_of()
 
         def carve() -> torch.Tensor:
-            buffer = self._ensure_workspace_size(nbytes)
+            buffer = self._ensure_workspace_size(nbytes, slot)
             view = buffer[:nbytes].view(dtype).reshape(shape)
             return view.zero_() if zero_init else view
 
@@ -325,3 +302,26 @@ class PersistentInScratch(OriginalAlgorithmManager):
         if tensor.shape != shape or tensor.dtype != dtype:
             raise ValueError(f"Persistent workspace {key!r} has another shape or dtype.")
         return tensor  # type: ignore[no-any-return]
+
+    def _scratch_of(self) -> int | None:
+        """The slot whose scratch the tensors are carved from (``None``: the current one)."""
+        return None
+
+
+class PersistentInLaneZero(PersistentInScratch):
+    """Carves the persistent tensors of every lane but the first from the start of lane 0's
+    scratch buffer (the lane's own storage looked up with the default workspace id): lane
+    0's requests then overwrite another lane's persistent tensor."""
+
+    def get_persistent(
+        self, key: Hashable, shape: tuple[int, ...], dtype: torch.dtype, *, zero_init: bool = False
+    ) -> torch.Tensor:
+        if self._get_workspace_id() % self._num_lanes == 0:  # lane 0: as the original
+            return OriginalAlgorithmManager.get_persistent(
+                self, key, shape, dtype, zero_init=zero_init
+            )
+        return super().get_persistent(key, shape, dtype, zero_init=zero_init)
+
+    def _scratch_of(self) -> int | None:
+        slot = self._get_workspace_id()
+        return slot - slot % self._num_lanes
