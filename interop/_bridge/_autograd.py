@@ -31,7 +31,7 @@ import torch
 
 from .. import _private
 from .._errors import ZeroCopyError
-from . import _vjp
+from . import _dlpack, _vjp
 from ._exchange import (
     cotangent_to_jax,
     held_elsewhere,
@@ -120,11 +120,15 @@ def _as_input(out: torch.Tensor, tensor: torch.Tensor) -> torch.Tensor:
 
 
 def _results(
-    outs: Sequence[Any], tensors: Sequence[torch.Tensor], aliases: dict[int, int]
+    outs: Sequence[Any],
+    tensors: Sequence[torch.Tensor],
+    aliases: dict[int, int],
+    kept: frozenset[int] = frozenset(),
 ) -> tuple[torch.Tensor, ...]:
     """The forward's arrays as tensors: an input returned as is (``aliases``: result index
     -> index among ``tensors``) stays that input; any other result over an input's bytes,
-    and two results of one array, get buffers of their own."""
+    two results of one array, and a result the function keeps (``kept``) get buffers of
+    their own."""
     results = [to_torch(out) for out in outs]
     for i, index in aliases.items():
         results[i] = _as_input(results[i], tensors[index])
@@ -132,10 +136,26 @@ def _results(
     for i, result in enumerate(results):
         if i not in aliases and result.numel():
             pointer = result.data_ptr()
-            if pointer in seen:
+            if pointer in seen or i in kept:
                 results[i] = result.clone()
             seen.add(pointer)
     return tuple(results)
+
+
+def _kept(outs: Sequence[Any], leaves: Sequence[Any], aliases: dict[int, int]) -> frozenset[int]:
+    """The results of an eager call (an unjitted function, or ``jax.disable_jit``) that
+    something besides this call holds (a constant the function closes over): handed to
+    torch as they are, an in-place op on the result would rewrite that array. The call's
+    own references are counted: ``outs`` and the residuals' ``leaves`` (a result the
+    backward reads). No ``enumerate``: its cached tuple would hold the result too."""
+    found = []
+    for i in range(len(outs)):
+        out = outs[i]
+        if i not in aliases and _dlpack.is_array_impl(out):
+            ours = sum(x is out for x in outs) + sum(x is out for x in leaves)
+            if held_elsewhere(out, ours):
+                found.append(i)
+    return frozenset(found)
 
 
 def _aliases(call: Call, outs: Sequence[Any], diff: list[Any], arrays: list[Any]) -> dict[int, int]:
@@ -173,15 +193,18 @@ class JaxFunction(torch.autograd.Function):
         outs, residuals, call.outputs = call.plan.forward_or_primal(diff, arrays)
         call.residuals = residuals
         call.aliases = _aliases(call, outs, diff, arrays)
+        eager = not call.plan.jitted or _vjp.jit_disabled()  # may return an array it keeps
         if residuals is None:  # a derived function JAX cannot linearize: none to read
-            return _results(outs, tensors, call.aliases)
+            kept = _kept(outs, (), call.aliases) if eager else frozenset()
+            return _results(outs, tensors, call.aliases, kept)
         info = residuals.info
         # What the first backward reads, as JAX arrays already over the same bytes: it
         # uses them once torch's version counters have vouched for the tensors (a copy of
         # none of them; they live no longer than the saved tensors do).
         sources = {_vjp.KEPT: residuals.kept, _vjp.INPUT: [*diff, *arrays], _vjp.OUTPUT: outs}
         call.leaves = [sources[kind][index] for kind, index in info.where]
-        return _results(outs, tensors, call.aliases)
+        kept = _kept(outs, call.leaves, call.aliases) if eager else frozenset()
+        return _results(outs, tensors, call.aliases, kept)
 
     @staticmethod
     def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:

@@ -105,10 +105,8 @@ def jax_call(fn: Callable[..., Any]) -> Callable[..., Any]:
     that *is* an input (an unjitted function returning its argument) aliases it, as in
     torch; work whose result is dropped is not waited for (it cannot change the result).
     An unjitted function's result or gradient that is an array the function keeps (a
-    constant it closes over, a surrogate gradient) is copied, so torch's in-place ops
-    cannot rewrite it; except a result of a call that records a gradient, which still
-    aliases that array: jit the function (its results are fresh buffers) or do not write
-    into such a result.
+    constant it closes over, a surrogate gradient) is copied, so that torch's in-place
+    ops cannot rewrite it.
 
     ``torch.compile``: the call becomes the custom op ``functional_ws::jax_call`` (its
     shapes from ``jax.eval_shape``, its backward the op again on ``jax.vjp``, which

@@ -83,18 +83,29 @@ def test_a_gradient_the_function_keeps_is_copied_before_torch_accumulates_into_i
     assert y.grad.tolist() == [2.0, 2.0, 2.0]
 
 
-def test_a_result_the_function_keeps_is_copied_and_an_input_returned_as_is_is_not():
+@pytest.mark.parametrize("grad", [False, True], ids=["no-grad", "recording"])
+def test_a_result_the_function_keeps_is_copied_and_an_input_returned_as_is_is_not(grad):
     """An unjitted function returning a constant it closes over (a table): an in-place op
     on the result rewrote the constant for every later call; an input returned as is
-    still aliases that input (documented), and a result JAX computed is not copied."""
+    still aliases that input (documented), and a result JAX computed is not copied (nor
+    one the backward reads, tanh's)."""
     table = jnp.arange(3.0)
-    lookup = interop.jax_call(lambda x: (x * 2, table, x))
-    x = torch.ones(3)
-    doubled, kept, same = lookup(x)
-    kept.add_(100.0)
+    lookup = interop.jax_call(lambda x: (jnp.tanh(x), table, x))
+    x = torch.ones(3, requires_grad=grad)
+    squashed, kept, same = lookup(x)
+    with torch.no_grad():
+        kept.add_(100.0)
     assert table.tolist() == [0.0, 1.0, 2.0] and lookup(x)[1].tolist() == [0.0, 1.0, 2.0]
-    assert same.data_ptr() == x.data_ptr()
-    assert doubled.tolist() == [2.0, 2.0, 2.0]
+    assert _overlap(same, x) and not _overlap(kept, interop.to_torch(table))
+    clones = []
+    original = torch.Tensor.clone
+    try:
+        torch.Tensor.clone = lambda self, *a, **k: clones.append(self.shape) or original(self)
+        lookup(x)
+    finally:
+        torch.Tensor.clone = original
+    assert clones == [(3,)]  # the table's only
+    assert squashed.tolist() == pytest.approx([0.7615942] * 3)
 
 
 @pytest.mark.parametrize("kind", list(_ADD))
