@@ -614,18 +614,21 @@ def backward_buffers(
         try:
             targets, tensors = _aliases(outs), _aliases(ins)
             device = targets[0].device
-            required = _required(tensors.pop(), count)
+            marks = tensors.pop()
             primals, cts = tensors[:count], dict(zip(cotangent_of, tensors[count:], strict=True))
             with _outside_inference():
                 if device.type != "cuda":
+                    required = _required(marks, count)
                     grads = run_backward(fn, sig, primals, wanted, cts, device, required)
                     _write(targets, grads)
                 else:  # pragma: no cover - CUDA: benchmarks/gpu_check.py
                     with _on_xla_stream(ctx, device):
+                        required = _required(marks, count)  # read on XLA's stream: ordered
                         grads = run_backward(fn, sig, primals, wanted, cts, device, required)
                         _write(targets, grads)
         except BaseException as err:  # Ctrl-C and sys.exit too: raised as they are
             outs, ins, targets, tensors, primals, cts = (), (), [], [], [], {}  # see _fail
+            marks = None
             _fail(sig, err)
 
     return callback
