@@ -169,6 +169,7 @@ class TorchCaller:
             out_shapes=tuple(spec.shape for spec in specs),
             out_dtypes=tuple(TORCH_DTYPES[np.dtype(spec.dtype)] for spec in specs),
             mapped=self.vmap_method is not None,
+            backward_broadcasts=self.vmap_method == "expand_dims",
         )
         results = _differentiable(self.fn, sig, specs, self.vmap_method)(*leaves)
         return jax.tree_util.tree_unflatten(out_tree, results)

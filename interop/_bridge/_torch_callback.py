@@ -98,6 +98,9 @@ class Signature:
     out_dtypes: tuple[torch.dtype, ...]
     #: Whether ``jax.vmap`` may add leading axes (a ``vmap_method`` other than ``None``).
     mapped: bool = False
+    #: Whether a mapped backward gives every argument the batch axis where the forward did
+    #: not (``vmap_method="expand_dims"``: see ``_torch_call._differentiable``).
+    backward_broadcasts: bool = False
 
     @functools.cached_property
     def positional(self) -> bool:
@@ -382,6 +385,15 @@ def _warn_dropped(sig: Signature, path: str) -> None:
     )
 
 
+#: Said of an error ``fn`` raised in the backward of a call mapped with "expand_dims".
+_BROADCAST_NOTE = (
+    "torch_call: fn raised this in the backward of a call mapped by jax.vmap with "
+    "vmap_method='expand_dims', which runs fn with every argument given the batch axis "
+    "(as 'broadcast_all' does) so that torch returns a gradient per element: fn must "
+    "accept every argument batched there, not only those expand_dims batches."
+)
+
+
 def run_backward(
     fn: Callable[..., Any],
     sig: Signature,
@@ -415,7 +427,12 @@ def run_backward(
         if tensor.is_floating_point() or tensor.is_complex():
             tensor.requires_grad_(True)
     with torch.enable_grad():
-        returned = _call_fn(fn, sig, tensors)
+        try:
+            returned = _call_fn(fn, sig, tensors)
+        except Exception as err:
+            if sig.backward_broadcasts and _batch_shape(sig, tensors):
+                err.add_note(_BROADCAST_NOTE)
+            raise
     if _snapshot(tensors) != before:
         _refuse_changed(sig, tensors, before)
     results = _results(sig, returned, _batch_shape(sig, tensors) if sig.mapped else (), device)

@@ -115,3 +115,18 @@ def test_expand_dims_batch_is_broadcast_over_the_inputs_not_taken_from_the_first
     )
     out = jax.vmap(layer, in_axes=(None, 0))(W, XS)
     np.testing.assert_allclose(out, jnp.tanh(XS * W), rtol=1e-6)
+
+
+@pytest.mark.usefixtures("path")
+def test_fns_failure_in_an_expand_dims_backward_says_the_backward_broadcasts():
+    """A function that runs with expand_dims' size-1 axes (a 0-d scale becomes (1,)) but not
+    with every argument batched fails in the backward, which broadcasts them all: the
+    error says so (it was torch's bare broadcasting message)."""
+    layer = interop.torch_call(lambda a, s: a * 2 + s, lambda a, s: a, vmap_method="expand_dims")
+    scale = jnp.float32(1.5)
+    assert jax.vmap(layer, (0, None))(XS, scale).shape == XS.shape  # the forward runs
+    loss = lambda xs, s: jax.vmap(layer, (0, None))(xs, s).sum()  # noqa: E731
+    with pytest.raises(
+        jax.errors.JaxRuntimeError, match=r"(?s)must match.*vmap_method='expand_dims'"
+    ):
+        jax.grad(loss, (0, 1))(XS, scale)
