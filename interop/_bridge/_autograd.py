@@ -193,7 +193,7 @@ class JaxFunction(torch.autograd.Function):
         outs, residuals, call.outputs = call.plan.forward_or_primal(diff, arrays)
         call.residuals = residuals
         call.aliases = _aliases(call, outs, diff, arrays)
-        eager = not call.plan.jitted or _vjp.jit_disabled()  # may return an array it keeps
+        eager = _vjp.runs_eagerly(call.plan.jitted)  # may return an array it keeps
         if residuals is None:  # a derived function JAX cannot linearize: none to read
             kept = _kept(outs, (), call.aliases) if eager else frozenset()
             return _results(outs, tensors, call.aliases, kept)
@@ -279,10 +279,10 @@ class JaxFunction(torch.autograd.Function):
         if not any(needed):  # no gradient reaches an input (torch's None for each)
             return (None,) * (1 + n_tensors)
         backward = call.plan.backward(info, tuple(kinds), needed)
-        if call.plan.jitted and not _vjp.jit_disabled():
+        if not _vjp.runs_eagerly(call.plan.jitted):
             gradients = [None if g is None else to_torch(g) for g in backward(leaves, given)]
         else:  # eager JAX may return a cotangent, one array twice, or one it keeps
-            gradients = [
+            gradients = [  # held_elsewhere's ours: the list backward returns
                 None if g is None else to_torch(g).clone() if held_elsewhere(g, 1) else to_torch(g)
                 for g in backward(leaves, given)
             ]
@@ -431,7 +431,7 @@ def run(function: Function, leaves: list[Any], treedef: Any, lineage: tuple[Any,
             raise
         raise NotImplementedError(LEGACY_VMAP_ADVICE) from err
     jax_args, jax_kwargs = jax.tree_util.tree_unflatten(treedef, arguments)
-    eager = not function.jitted or _vjp.jit_disabled()  # may return an array it keeps
+    eager = _vjp.runs_eagerly(function.jitted)  # may return an array it keeps
     return results_to_torch(function(*jax_args, **jax_kwargs), arguments if eager else None)
 
 

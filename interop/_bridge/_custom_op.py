@@ -940,7 +940,7 @@ def _reaching(
     Read from the function's jaxpr when the backward is traced (the graph is specialised
     on the shapes already); a cached graph keeps the answer in its key."""
     entry = _entry(ctx.key)
-    if not entry.jitted or _vjp.jit_disabled() or not any(ctx.diff):
+    if _vjp.runs_eagerly(entry.jitted) or not any(ctx.diff):
         return tuple(ctx.diff)  # unjitted (or jit disabled): JAX's zeros (Plan.reaching)
     ints, floats = [int(i) for i in ctx.ints], [float(f) for f in ctx.floats]
     specs = [

@@ -611,7 +611,8 @@ def forward_buffers(fn: Callable[..., Any], sig: Signature) -> Callable[..., Non
 
 def _required(marks: torch.Tensor, count: int) -> frozenset[int]:
     """The inputs JAX differentiates, from the forward's flags (``count`` bools; under
-    ``vmap_method="broadcast_all"`` with leading batch axes, every row the same)."""
+    ``vmap_method="broadcast_all"`` with leading batch axes, every row the same, and no
+    row at all for a batch of 0)."""
     flags = marks.reshape(-1, count)[0].tolist() if marks.numel() else [False] * count
     return frozenset(i for i, flag in enumerate(flags) if flag)
 

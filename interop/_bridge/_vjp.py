@@ -75,6 +75,13 @@ def jit_disabled() -> bool:
     return bool(getattr(jax.config, "jax_disable_jit", False))
 
 
+def runs_eagerly(jitted: bool) -> bool:
+    """Whether a function (``jitted``: wrapped by ``jax.jit``) runs op by op now: unjitted,
+    or under ``jax.disable_jit()``. Its results may then be arrays it keeps, or its
+    inputs, and nothing it traces is kept for the next call."""
+    return not jitted or jit_disabled()
+
+
 @dataclasses.dataclass(frozen=True)
 class Signature:
     """How one call's leaves become the function's arguments.
@@ -321,7 +328,7 @@ class Plan:
         first. Read from ``fn``'s jaxpr once per shape, for a jitted ``fn`` only: an
         unjitted one runs its Python on every call, and may read what changes between
         calls (it keeps JAX's zeros)."""
-        if not self.jitted or jit_disabled():
+        if runs_eagerly(self.jitted):
             return needed
         key = (inputs, given)
         found = self._reached.get(key)
@@ -402,7 +409,7 @@ class Plan:
                 where.append((KEPT, len(kept)))
                 kept.append(leaf)
         info = ResidualInfo(treedef, tuple(where), box[0], avals_of(inputs))
-        if self.jitted and not jit_disabled():  # traced once per signature:
+        if not runs_eagerly(self.jitted):  # traced once per signature:
             self._infos.append(info)  # the info lives as long as this plan (see _InfoRef)
         return outs, Residuals(kept, info)
 
@@ -422,7 +429,7 @@ class Plan:
                 grads = gradients(vjp(cotangents(info.outputs.avals, kinds, given)))
                 return [g if n else None for g, n in zip(grads, needed, strict=True)]
 
-            if self.jitted and not jit_disabled():  # (else a new info each
+            if not runs_eagerly(self.jitted):  # (else a new info each
                 backward = jax.jit(backward)  # call: eager plans trace anew each call)
                 self._backwards[key] = backward
         return backward
