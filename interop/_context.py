@@ -472,6 +472,13 @@ def known_slot(slot: tuple[Any, int], num_slots: int) -> tuple[Any, int]:
     raise SlotUnknownError(ubatch.why)
 
 
+def holds_only_slot() -> bool:
+    """Whether the current :func:`slot_unknown` block holds a one-slot workspace's only
+    slot (it asked it for scratch): what it carved stays its own until the block ends."""
+    ubatch = SLOT.get()[0]
+    return type(ubatch) is _Unknown and ubatch.holding
+
+
 @contextlib.contextmanager
 def slot_unknown(why: str) -> Iterator[None]:
     """While the block runs, the current context's slot is unknown: every workspace

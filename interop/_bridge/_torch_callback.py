@@ -36,14 +36,14 @@ import warnings
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Sequence
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 import jax
 import numpy as np
 import torch
 
 from .. import _private
-from .._context import SLOT, slot_unknown
+from .._context import SLOT, holds_only_slot, slot_unknown
 from .._errors import (
     DroppedGradientWarning,
     InputResizedError,
@@ -59,6 +59,8 @@ from .._errors import (
 from .._locks import renew_after_fork
 from . import _dlpack
 from ._handoff import TORCH_DTYPES
+
+R = TypeVar("R")
 
 try:  # jax >= 0.6.1 (with a jaxlib whose buffers export DLPack)
     from jax.experimental.buffer_callback import Buffer as _Buffer
@@ -157,14 +159,28 @@ def _aliases(buffers: Sequence[Any]) -> list[torch.Tensor]:
 def _call_fn(fn: Callable[..., Any], sig: Signature, tensors: list[torch.Tensor]) -> Any:
     _local.active = True
     try:
-        # XLA's own thread, where nothing chose a slot (see _foreign_why); a thread some
-        # C code started that chose its slot keeps it
-        if _private.on_foreign_thread() and SLOT.get() == (None, 0):
-            with slot_unknown(_foreign_why(sig)):
-                return _apply(fn, sig, tensors)
         return _apply(fn, sig, tensors)
     finally:
         _local.active = False
+
+
+def _slot_unchosen() -> bool:
+    """Whether the callback runs on XLA's own thread where nothing chose a slot (see
+    :func:`_foreign_why`); a thread some C code started that chose its slot keeps it."""
+    return _private.on_foreign_thread() and SLOT.get() == (None, 0)
+
+
+def in_callers_slot(sig: Signature, body: Callable[..., R], *args: Any) -> R:
+    """``body(*args)``, a callback's whole body, in the caller's slot: on XLA's own thread
+    (:func:`_slot_unchosen`) the slot is unknown for all of it, so that the scratch ``fn``
+    took from a one-slot workspace stays its own until the body is done with it (a result
+    that is that scratch is read by the write into XLA's buffer, a tensor saved for the
+    backward by ``torch.autograd.grad``; held for ``fn`` alone, another device's call
+    overwrote them meanwhile)."""
+    if _slot_unchosen():
+        with slot_unknown(_foreign_why(sig)):
+            return body(*args)
+    return body(*args)
 
 
 def _apply(fn: Callable[..., Any], sig: Signature, tensors: list[torch.Tensor]) -> Any:
@@ -588,22 +604,25 @@ def _write(targets: list[torch.Tensor], values: list[torch.Tensor]) -> None:
 def forward_buffers(fn: Callable[..., Any], sig: Signature) -> Callable[..., None]:
     """The ``buffer_callback`` body of a forward call."""
 
+    def body(ctx: Any, outs: Sequence[Any], ins: Sequence[Any]) -> None:
+        if torch.is_inference_mode_enabled():
+            targets, tensors = _aliases(outs), _aliases(ins)
+        else:  # written out (bench_torch_call's "interop.torch_call" row, small: the
+            # helper and its null context measured 0.9 µs of 14)
+            targets = [_from_capsule(b.__dlpack__()) for b in outs]
+            tensors = [_from_capsule(b.__dlpack__()) for b in ins]
+        device = (targets or tensors)[0].device if targets or tensors else _CPU
+        if device.type != "cuda":
+            _write(targets, run_forward(fn, sig, tensors, device))
+        else:  # pragma: no cover - CUDA: benchmarks/gpu_check.py
+            with _on_xla_stream(ctx, device):
+                _write(targets, run_forward(fn, sig, tensors, device))
+
     def callback(ctx: Any, outs: Sequence[Any], *ins: Any) -> None:
         try:
-            if torch.is_inference_mode_enabled():
-                targets, tensors = _aliases(outs), _aliases(ins)
-            else:  # written out (bench_torch_call's "interop.torch_call" row, small: the
-                # helper and its null context measured 0.9 µs of 14)
-                targets = [_from_capsule(b.__dlpack__()) for b in outs]
-                tensors = [_from_capsule(b.__dlpack__()) for b in ins]
-            device = (targets or tensors)[0].device if targets or tensors else _CPU
-            if device.type != "cuda":
-                _write(targets, run_forward(fn, sig, tensors, device))
-            else:  # pragma: no cover - CUDA: benchmarks/gpu_check.py
-                with _on_xla_stream(ctx, device):
-                    _write(targets, run_forward(fn, sig, tensors, device))
+            in_callers_slot(sig, body, ctx, outs, ins)
         except BaseException as err:  # Ctrl-C and sys.exit too: raised as they are
-            outs, ins, targets, tensors = (), (), [], []  # XLA's buffers: see _fail
+            outs, ins = (), ()  # XLA's buffers (body's frame is cleared): see _fail
             _fail(sig, err)
 
     return callback
@@ -628,25 +647,27 @@ def backward_buffers(
     differentiates; outputs the gradients of ``wanted``."""
     count = len(sig.in_paths)
 
-    def callback(ctx: Any, outs: Sequence[Any], *ins: Any) -> None:
-        try:
-            targets, tensors = _aliases(outs), _aliases(ins)
-            device = targets[0].device
-            marks = tensors.pop()
-            primals, cts = tensors[:count], dict(zip(cotangent_of, tensors[count:], strict=True))
-            with _outside_inference():
-                if device.type != "cuda":
-                    required = _required(marks, count)
+    def body(ctx: Any, outs: Sequence[Any], ins: Sequence[Any]) -> None:
+        targets, tensors = _aliases(outs), _aliases(ins)
+        device = targets[0].device
+        marks = tensors.pop()
+        primals, cts = tensors[:count], dict(zip(cotangent_of, tensors[count:], strict=True))
+        with _outside_inference():
+            if device.type != "cuda":
+                required = _required(marks, count)
+                grads = run_backward(fn, sig, primals, wanted, cts, device, required)
+                _write(targets, grads)
+            else:  # pragma: no cover - CUDA: benchmarks/gpu_check.py
+                with _on_xla_stream(ctx, device):
+                    required = _required(marks, count)  # read on XLA's stream: ordered
                     grads = run_backward(fn, sig, primals, wanted, cts, device, required)
                     _write(targets, grads)
-                else:  # pragma: no cover - CUDA: benchmarks/gpu_check.py
-                    with _on_xla_stream(ctx, device):
-                        required = _required(marks, count)  # read on XLA's stream: ordered
-                        grads = run_backward(fn, sig, primals, wanted, cts, device, required)
-                        _write(targets, grads)
+
+    def callback(ctx: Any, outs: Sequence[Any], *ins: Any) -> None:
+        try:
+            in_callers_slot(sig, body, ctx, outs, ins)
         except BaseException as err:  # Ctrl-C and sys.exit too: raised as they are
-            outs, ins, targets, tensors, primals, cts = (), (), [], [], [], {}  # see _fail
-            marks = None
+            outs, ins = (), ()  # XLA's buffers (body's frame is cleared): see _fail
             _fail(sig, err)
 
     return callback
@@ -681,12 +702,15 @@ def _host_array(tensor: torch.Tensor) -> np.ndarray[Any, Any]:
 def forward_host(fn: Callable[..., Any], sig: Signature) -> Callable[..., Any]:
     """The ``pure_callback`` body of a forward call (the fallback: copies both ways)."""
 
+    def body(arrays: Sequence[Any]) -> tuple[np.ndarray[Any, Any], ...]:
+        tensors = [_host_tensor(a) for a in arrays]
+        return tuple(map(_host_array, run_forward(fn, sig, tensors, _CPU)))
+
     def callback(*arrays: Any) -> tuple[np.ndarray[Any, Any], ...]:
         try:
-            tensors = [_host_tensor(a) for a in arrays]
-            return tuple(map(_host_array, run_forward(fn, sig, tensors, _CPU)))
+            return _host_run(sig, body, arrays)
         except BaseException as err:  # Ctrl-C and sys.exit too: raised as they are
-            arrays, tensors = (), []  # XLA's buffers: see _fail
+            arrays = ()  # XLA's buffers: see _fail
             _fail(sig, err)
 
     return callback
@@ -701,19 +725,41 @@ def backward_host(
     """The ``pure_callback`` body of a backward call (the fallback)."""
     count = len(sig.in_paths)
 
+    def body(arrays: Sequence[Any]) -> tuple[np.ndarray[Any, Any], ...]:
+        tensors = [_host_tensor(a) for a in arrays]
+        required = _required(tensors.pop(), count)
+        primals, cts = tensors[:count], dict(zip(cotangent_of, tensors[count:], strict=True))
+        with _outside_inference():
+            grads = run_backward(fn, sig, primals, wanted, cts, _CPU, required)
+        return tuple(map(_host_array, grads))
+
     def callback(*arrays: Any) -> tuple[np.ndarray[Any, Any], ...]:
         try:
-            tensors = [_host_tensor(a) for a in arrays]
-            required = _required(tensors.pop(), count)
-            primals, cts = tensors[:count], dict(zip(cotangent_of, tensors[count:], strict=True))
-            with _outside_inference():
-                grads = run_backward(fn, sig, primals, wanted, cts, _CPU, required)
-            return tuple(map(_host_array, grads))
+            return _host_run(sig, body, arrays)
         except BaseException as err:  # Ctrl-C and sys.exit too: raised as they are
-            arrays, tensors, primals, cts = (), [], [], {}  # XLA's buffers: see _fail
+            arrays = ()  # XLA's buffers: see _fail
             _fail(sig, err)
 
     return callback
+
+
+def _host_run(
+    sig: Signature,
+    body: Callable[[Sequence[Any]], tuple[np.ndarray[Any, Any], ...]],
+    arrays: Sequence[Any],
+) -> tuple[np.ndarray[Any, Any], ...]:
+    """``body(arrays)``, the slot unknown for all of it where it runs on XLA's own thread.
+    There ``pure_callback`` copies the returned arrays only after the callback returns, once
+    the only slot is let go: arrays over the scratch ``fn`` took from it (a result that
+    is its scratch) are copied before (another device's call may write it meanwhile)."""
+
+    def copied(arrays: Sequence[Any]) -> tuple[np.ndarray[Any, Any], ...]:
+        results = body(arrays)
+        if holds_only_slot():
+            return tuple(result.copy() for result in results)
+        return results
+
+    return in_callers_slot(sig, copied, arrays)
 
 
 def call_buffers(

@@ -15,6 +15,7 @@ from conftest import enable_x64
 from support.torch_call import F32, path, spec  # noqa: F401  (path: a fixture)
 
 import interop
+from interop import _context
 from interop._bridge import _torch_callback
 
 
@@ -235,11 +236,17 @@ def _on_a_thread_python_did_not_start(body):
 
 
 def _signature(shape):
-    sig = _torch_callback.Signature(
-        "fn", None, ("[0]",), (shape,), None, ("",), (shape,), (torch.float32,)
+    """What tracing ``fn(x)`` promising one float32 result of ``shape`` fixes."""
+    trees = jax.tree_util.tree_structure(((0,), {})), jax.tree_util.tree_structure(0)
+    return _torch_callback.Signature(
+        "fn", trees[0], ("[0]",), (shape,), trees[1], ("",), (shape,), (torch.float32,)
     )
-    sig.__dict__["positional"] = True
-    return sig
+
+
+def _in_callback(fn):
+    """``fn(torch.ones(2))`` as a callback's body runs it (in the caller's slot)."""
+    sig = _signature((2,))
+    return _torch_callback.in_callers_slot(sig, _torch_callback._call_fn, fn, sig, [torch.ones(2)])
 
 
 def test_on_xlas_thread_a_one_slot_workspace_serves_its_only_slot():
@@ -251,9 +258,7 @@ def test_on_xlas_thread_a_one_slot_workspace_serves_its_only_slot():
         return x
 
     try:
-        _on_a_thread_python_did_not_start(
-            lambda: _torch_callback._call_fn(fn, _signature((2,)), [torch.ones(2)])
-        )
+        _on_a_thread_python_did_not_start(lambda: _in_callback(fn))
         assert served[0].shape == (2,)
     finally:
         interop.reset_workspace_manager()
@@ -270,7 +275,7 @@ def test_a_thread_python_did_not_start_keeps_the_slot_it_chose_and_refusals_are_
 
     def chosen():
         with interop.use_workspace_ubatch(1):
-            _torch_callback._call_fn(fn, _signature((2,)), [torch.ones(2)])
+            _in_callback(fn)
 
     try:
         _on_a_thread_python_did_not_start(chosen)
@@ -281,9 +286,7 @@ def test_a_thread_python_did_not_start_keeps_the_slot_it_chose_and_refusals_are_
             return x
 
         with ws.recording() as history, pytest.raises(interop.errors.SlotUnknownError):
-            _on_a_thread_python_did_not_start(
-                lambda: _torch_callback._call_fn(scratch_only, _signature((2,)), [torch.ones(2)])
-            )
+            _on_a_thread_python_did_not_start(lambda: _in_callback(scratch_only))
         assert [r.error.split(":")[0] for r in history[1:]] == ["SlotUnknownError"]
     finally:
         interop.reset_workspace_manager()
@@ -327,11 +330,67 @@ def test_on_xlas_thread_a_workspace_of_several_slots_refuses_until_fn_selects_on
         return x
 
     try:
-        _on_a_thread_python_did_not_start(
-            lambda: _torch_callback._call_fn(fn, _signature((2,)), [torch.ones(2)])
-        )
+        _on_a_thread_python_did_not_start(lambda: _in_callback(fn))
         assert "which ubatch and lane the caller meant is unknown" in found[0]
         assert found[1].shape == (2,)
+    finally:
+        interop.reset_workspace_manager()
+
+
+def _scratch_doubled(x):
+    """``2 * x`` computed into the workspace's scratch, which is the result."""
+    (scratch,) = interop.current_workspace_manager().get_simultaneous(((2,), torch.float32))
+    return torch.mul(x, 2, out=scratch)
+
+
+def _scratch_squared(x):
+    """``x * x`` through a copy of ``x`` in the workspace's scratch, which autograd saves."""
+    (scratch,) = interop.current_workspace_manager().get_simultaneous(((2,), torch.float32))
+    return scratch.copy_(x) * x
+
+
+@pytest.mark.parametrize("direction", ["forward", "backward"])
+def test_on_xlas_thread_the_only_slot_stays_held_until_the_callback_is_done(monkeypatch, direction):
+    """A result that is fn's scratch is read by the write into XLA's buffer, a tensor saved
+    for the backward by torch.autograd.grad: both after fn returned. The only slot was let
+    go when fn returned, and another device's call overwrote them meanwhile (pmap over two
+    devices: 7 wrong results in 20)."""
+    interop.init_workspace_manager("cpu")
+    held = []
+    write = _torch_callback._write
+
+    def recording_write(targets, values):
+        held.append(_context._ONLY_SLOT.locked())  # nobody else's block runs in this test
+        write(targets, values)
+
+    monkeypatch.setattr(_torch_callback, "_write", recording_write)
+    sig, out, x = _signature((2,)), torch.zeros(2), torch.ones(2)
+    if direction == "forward":
+        callback = _torch_callback.forward_buffers(_scratch_doubled, sig)
+        ins = (x,)
+    else:  # inputs: the primal, the result's cotangent, the forward's flags
+        callback = _torch_callback.backward_buffers(_scratch_squared, sig, (0,), (0,))
+        ins = (x, torch.ones(2), torch.ones(1, dtype=torch.bool))  # d(x * x) = 2x
+    try:
+        _on_a_thread_python_did_not_start(lambda: callback(None, [out], *ins))
+        assert held == [True]
+        assert out.tolist() == [2.0, 2.0]
+        assert not _context._ONLY_SLOT.locked()  # let go at the end
+    finally:
+        interop.reset_workspace_manager()
+
+
+def test_on_xlas_thread_the_fallback_hands_back_copies_of_the_only_slots_scratch():
+    """pure_callback copies what the callback returns only after it returned, the only slot
+    let go: a result that is fn's scratch is copied before. (Another block writes the
+    scratch once the callback is over: the first block's result keeps its values.)"""
+    interop.init_workspace_manager("cpu")
+    callback = _torch_callback.forward_host(_scratch_doubled, _signature((2,)))
+    results = []
+    try:
+        _on_a_thread_python_did_not_start(lambda: results.extend(callback(np.ones(2, np.float32))))
+        _on_a_thread_python_did_not_start(lambda: callback(np.full(2, 500, np.float32)))
+        assert results[0].tolist() == [2.0, 2.0]
     finally:
         interop.reset_workspace_manager()
 

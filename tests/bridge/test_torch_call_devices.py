@@ -139,6 +139,20 @@ _CHILD = textwrap.dedent(
     )
     print("pmap wrong", wrong)
 
+    def doubled_in_scratch(x):  # the result is the scratch: read after fn returns
+        (scratch,) = interop.current_workspace_manager().get_simultaneous(
+            ((x.numel(),), x.dtype)
+        )
+        return torch.mul(x.reshape(-1), 2, out=scratch).reshape(x.shape)
+
+    in_scratch = interop.torch_call(doubled_in_scratch, lambda x: x)
+    big = jnp.arange(4 * 1_000_000, dtype=jnp.float32).reshape(4, 1_000_000)
+    wrong = sum(
+        not np.array_equal(np.asarray(jax.pmap(in_scratch)(big)), np.asarray(big) * 2)
+        for _ in range(5)
+    )
+    print("scratch result wrong", wrong)
+
     print("eager result right", np.array_equal(np.asarray(layer(sharded)), expected))
 
     def bad(x):
@@ -179,6 +193,7 @@ def test_per_device_calls_over_four_devices(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     lines = done.stdout.splitlines()
     assert "shard_map wrong 0" in lines and "pmap wrong 0" in lines, done.stdout
+    assert "scratch result wrong 0" in lines, done.stdout
     assert "eager: raised boom from fn" in lines, done.stdout + done.stderr[-3000:]
     assert "eager result right True" in lines, done.stdout
     assert "vmap: raised boom from fn" in lines and "grad: raised boom from fn" in lines
