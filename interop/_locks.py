@@ -23,9 +23,18 @@ Example:
 
 from __future__ import annotations
 
+import gc
 import os
 import threading
 import weakref
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+R = TypeVar("R")
+
+#: The threads that paused the collector (:func:`collection_paused`) where it ran: a fork
+#: meanwhile resumes it in the child, where those threads do not exist.
+pausing: set[int] = set()
 
 #: Per owner, the names of its lock attributes (weakly: an owner that is gone needs none).
 _OWNERS: weakref.WeakKeyDictionary[object, tuple[str, ...]] = weakref.WeakKeyDictionary()
@@ -40,7 +49,37 @@ def _renew_all() -> None:
     for owner, names in list(_OWNERS.items()):
         for name in names:
             setattr(owner, name, threading.Lock())
+    if pausing:  # a thread of the parent paused the collector: none is left to resume it
+        pausing.clear()
+        gc.enable()
 
 
 if hasattr(os, "register_at_fork"):  # POSIX
     os.register_at_fork(after_in_child=_renew_all)
+
+
+def collection_paused(fn: Callable[..., R], *args: Any) -> R:
+    """``fn(*args)`` with Python's garbage collector paused (resumed after, where it ran
+    before): what a section under a lock that allocates runs in. A collection runs the
+    ``__del__`` (and ``weakref.finalize`` callbacks) of whatever garbage it finds, wherever
+    Python allocates: the caller's code, which may call back into what holds the lock, and
+    the same thread cannot take it again (it hung for good). A function, not a context
+    manager: the pause starts inside the ``try`` that ends it, so no Ctrl-C leaves the
+    collector off. (Two threads pausing at once, for two managers: the first to finish
+    resumes it for both.)
+
+    Example:
+        >>> import gc
+        >>> collection_paused(gc.isenabled), gc.isenabled()
+        (False, True)
+    """
+    collecting = gc.isenabled()
+    try:
+        gc.disable()
+        if collecting:
+            pausing.add(threading.get_ident())
+        return fn(*args)
+    finally:
+        if collecting:
+            pausing.discard(threading.get_ident())
+            gc.enable()

@@ -59,6 +59,7 @@ consistent (see above).
 from __future__ import annotations
 
 import contextlib
+import gc
 import threading
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
@@ -72,11 +73,12 @@ from functional_ws.fast_paths import fit
 
 from .._device import empty_device_cache, refuse_growth_during_capture
 from .._errors import AllocationSuppressedError, ReplanLimitError
-from .._locks import renew_after_fork
+from .._locks import collection_paused, renew_after_fork
+from .._locks import pausing as _pausing
 from .._private import outside_modes
 from ._buffers import SlotBuffers
 from ._carving import Carver
-from ._memo import Memos
+from ._memo import Memo, Memos
 from ._providers import Allocation
 from ._requests import worded
 
@@ -128,6 +130,9 @@ class Engine:
         """The state and a copy of every slot's bytes, taken together under the mutex (so
         the bytes are those the state describes: a span it calls intact holds its bytes),
         outside the caller's torch modes (what a pickled copy is made of)."""
+        return collection_paused(self._snapshot)
+
+    def _snapshot(self) -> tuple[WorkspaceState, list[torch.Tensor | None]]:
         with self._mutex, outside_modes():
             buffers = self.buffers.buffers()
             return self.state, [None if b is None else b.clone() for b in buffers]
@@ -157,17 +162,24 @@ class Engine:
         for _ in range(MAX_PLANS):
             sizes = [0 if b is None else b.numel() for b in source.buffers.buffers()]
             made = self._allocate_copy(sizes)
-            with source._mutex, outside_modes():
-                buffers = source.buffers.buffers()
-                if [0 if b is None else b.numel() for b in buffers] == sizes:
-                    for index, allocation in made.items():
-                        allocation.buffer.copy_(buffers[index])  # type: ignore[arg-type]
-                    self._take_copy(made, source.state)
-                    return
+            if collection_paused(self._copy_if_sized, source, sizes, made):
+                return
         raise ReplanLimitError(
             f"a copy of the manager was overtaken {MAX_PLANS} times in a row: other "
             "threads grew its slots while the copy allocated. Copy it while they pause."
         )
+
+    def _copy_if_sized(self, source: Engine, sizes: list[int], made: dict[int, Allocation]) -> bool:
+        """Under ``source``'s mutex: if its slots still have ``sizes``, copy their bytes
+        into ``made`` and take its state."""
+        with source._mutex, outside_modes():
+            buffers = source.buffers.buffers()
+            if [0 if b is None else b.numel() for b in buffers] != sizes:
+                return False
+            for index, allocation in made.items():
+                allocation.buffer.copy_(buffers[index])  # type: ignore[arg-type]
+            self._take_copy(made, source.state)
+            return True
 
     def _allocate_copy(self, sizes: Sequence[int]) -> dict[int, Allocation]:
         """A buffer per slot index of nonzero ``sizes``, allocated inside
@@ -272,16 +284,20 @@ class Engine:
                     spare = {} if spare is None else spare
                     carver = self._install(old, new, growth, index, spare)
                 else:  # installed if the state is still old, or merged over other slots
-                    with self._mutex:
-                        merged = new if self.state is old else self._merge(old, new, index)
+                    with self._mutex:  # (a merge allocates: the collector is paused)
+                        merged = (
+                            new
+                            if self.state is old
+                            else collection_paused(self._merge, old, new, index)
+                        )
                         if merged is None:
                             carver = None
                         else:
                             self.state = new = merged
                             carver = _NO_SLOT if index is None else records[index][1]
             elif user_code is None:  # nothing of the caller's runs: plan under the mutex
-                new, offsets, result, carver = self._plan_under_lock(
-                    transition, index, args, {} if spare is None else spare
+                new, offsets, result, carver = collection_paused(
+                    self._plan_under_lock, transition, index, args, {} if spare is None else spare
                 )
             else:
                 raise ReplanLimitError.for_user_code(user_code, MAX_PLANS)
@@ -386,15 +402,25 @@ class Engine:
         """
         if self._device.type == "cuda":
             refuse_growth_during_capture(self._device, *growth[0])
+        # The growth's sections under the mutex allocate: the collector is paused for all
+        # of it (collection_paused written out: a call fewer, count_growth_calls.py's
+        # budget; the pause starts inside the try that ends it).
+        collecting = gc.isenabled()
         try:
+            gc.disable()
+            if collecting:
+                _pausing.add(threading.get_ident())
             if self.buffers.allocator.releases_first and not (
                 spare and _covers(spare, old, growth)
             ):
                 return self._grow(old, new, growth, index, spare)
             # Buffers in hand (a callable's, or spares): swapped in under the mutex.
             return self._grow_allocating_first(old, new, growth, index, spare)
-        finally:  # logging runs handlers: never under the mutex
-            if self.buffers.allocator.pending:
+        finally:
+            if collecting:
+                _pausing.discard(threading.get_ident())
+                gc.enable()
+            if self.buffers.allocator.pending:  # logging runs handlers: never under the mutex
                 self.buffers.allocator.report()
 
     def _merge(
@@ -429,6 +455,7 @@ class Engine:
             slots.append(slot)
             indices.append(slot[0] * lanes + slot[1])  # old.index(slot)
         bare = fws.after_failed_growth(old, new, dict.fromkeys(slots, 0))
+        dead: list[Memo] = []  # emptied with no lock held: their entries hold the caller's keys
         with self._mutex:
             if self.state is not old:
                 return None
@@ -436,11 +463,11 @@ class Engine:
                 self.state = bare  # the slots claim nothing before their buffers go
                 for i in indices:
                     blocks.append(self.buffers.take(i))
-                    self.memos.retire(i)  # after its buffer: a memo filled before is killed
+                    self.memos.retire(i, dead)  # after its buffer: a memo filled before dies
             except BaseException:  # Ctrl-C: the slots not yet taken claim theirs again
-                self._settle_interrupted(old, new, slots, indices, {}, old)
+                self._settle_interrupted(old, new, slots, indices, {}, old, dead)
                 raise
-        self._release(slots, blocks)
+        self._release(slots, blocks, dead)
         held, allocations, error = self._allocate(old, growth, indices, spare)
         try:
             with self._mutex:
@@ -456,7 +483,7 @@ class Engine:
                         moved = None if current is bare else current
                         self.state = fws.after_failed_growth(old, new, held, current=moved)
                 except BaseException:  # Ctrl-C between the installs: the state claims them
-                    self._settle_interrupted(old, new, slots, indices, allocations, None)
+                    self._settle_interrupted(old, new, slots, indices, allocations, None, dead)
                     raise
             if error is not None:
                 raise error
@@ -561,20 +588,21 @@ class Engine:
                 spare.update(prepared)  # user code changed the growing slots: plan again
                 return None
             before = self.state
+            dead: list[Memo] = []
             try:
                 self.state = fws.after_failed_growth(
                     old, new, dict.fromkeys(slots, 0), current=before
                 )
                 blocks = [self.buffers.take(i) for i in indices]
                 for i in indices:
-                    self.memos.retire(i)
+                    self.memos.retire(i, dead)
                     self.buffers.install(i, prepared[i])
                 self.state = settled
             except BaseException:  # Ctrl-C: each slot claims the buffer it holds
-                self._settle_interrupted(old, new, slots, indices, prepared, before)
+                self._settle_interrupted(old, new, slots, indices, prepared, before, dead)
                 raise
             carver = self._carver(index)
-        self._release(slots, blocks)
+        self._release(slots, blocks, dead)
         return carver
 
     def _settle_interrupted(
@@ -585,12 +613,14 @@ class Engine:
         indices: list[int],
         fresh: dict[int, Allocation],
         base: WorkspaceState | None,
+        dead: list[Memo],
     ) -> None:
         """After a Ctrl-C between a growth's steps under the mutex (the caller holds it):
         each growing slot's state describes the buffer it holds now, its old one (as in
         ``old``), one of ``fresh`` (grown, or its old capacity again) or none (capacity 0,
-        its memos retired), over ``base`` (``None``: the state now). Retried until done:
-        a second Ctrl-C meanwhile is dropped, as the first is being raised."""
+        its memos retired into ``dead``, which the caller's frame holds until the Ctrl-C
+        is handled), over ``base`` (``None``: the state now). Retried until done: a second
+        Ctrl-C meanwhile is dropped, as the first is being raised."""
         while True:
             try:
                 held: dict[Slot, int] = {}
@@ -598,7 +628,7 @@ class Engine:
                     allocation = self.buffers.records[i][0]
                     if allocation is None:
                         held[slot] = 0
-                        self.memos.retire(i)
+                        self.memos.retire(i, dead)
                     elif fresh.get(i) is allocation:
                         held[slot] = allocation.nbytes
                 current = self.state if base is None else base
@@ -608,9 +638,17 @@ class Engine:
             except KeyboardInterrupt:
                 continue
 
-    def _release(self, slots: list[Slot], blocks: list[torch.Tensor | None]) -> None:
-        """Let the old buffers go (with no lock held: freeing memory may run a pool's code):
-        the allocator's adaptors see each go, then the accelerator's cache is emptied."""
+    def _release(
+        self, slots: list[Slot], blocks: list[torch.Tensor | None], dead: list[Memo]
+    ) -> None:
+        """Let the old buffers go (with no lock held: freeing memory may run a pool's code,
+        emptying a memo a key's ``__del__``): the memos retired with them are emptied (their
+        views pin the old buffers), the allocator's adaptors see each buffer go, then the
+        accelerator's cache is emptied."""
+        for memo in dead:  # written out: no call more (count_growth_calls.py's budget)
+            memo.clear()
+            memo.old.clear()
+        dead.clear()
         for i, slot in enumerate(slots):
             block, blocks[i] = blocks[i], None  # the list holds it no more
             if block is not None:

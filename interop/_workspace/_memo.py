@@ -361,10 +361,12 @@ class Memos:
         ubatch, lane = divmod(index, self.num_lanes)
         return self.retained_at[ubatch][lane]
 
-    def retire(self, index: int) -> None:
+    def retire(self, index: int, dead: list[Memo]) -> None:
         """Slot ``index``'s buffer is being replaced: fresh memos, which keep what pictures
-        draw and what was seen, take its memos' places, then the old ones die (their views
-        pin the old buffer). Called before the buffer goes.
+        draw and what was seen, take its memos' places, and the old ones die, appended to
+        ``dead`` for the caller to empty once it holds no lock (their entries hold
+        the caller's keys, whose ``__del__`` may call the manager; their views pin the old
+        buffer). Called before the buffer goes.
 
         Each is replaced even when empty: a call that carved from the old buffer may still
         try to insert its entry there, and finds it dead."""
@@ -372,9 +374,8 @@ class Memos:
         for row in (self.acquired_at[ubatch], self.retained_at[ubatch]):
             old = row[lane]
             row[lane] = Memo(old.index, old.limit, old.seen, old.last)  # a successor
-            old.dead = True  # then emptied: its views pin the old buffer
-            old.clear()
-            old.old.clear()
+            old.dead = True
+            dead.append(old)
 
 
 def _by_slot(memos: list[Memo], num_lanes: int) -> list[list[Memo]]:

@@ -328,3 +328,79 @@ def test_a_pools_finalizer_may_call_the_manager(call):
     assert not worker.is_alive(), "the finalizer's call to the manager hung"
     assert ran == [call]
     assert ws.stats().slots[0].capacity == 1 << 16
+
+
+@pytest.mark.parametrize("allocator", ["torch", "callable"])
+def test_a_keys_finalizer_may_call_the_manager_when_a_growth_retires_its_memo(allocator):
+    # The memo holds the last reference to a retained key: a growth retires the memo, and
+    # emptying it under the manager's lock ran the key's __del__ there, whose call to the
+    # manager hung that thread and every other (helper attack round, stop 46).
+    ran = []
+
+    class Key:
+        def __del__(self):
+            ran.append(ws.unlock() is None)  # any call that installs a state takes the lock
+
+    options = (
+        {} if allocator == "torch" else {"allocator": lambda n, device: torch.empty(n, dtype=U8)}
+    )
+    ws = WorkspaceManager("cpu", **options)
+    key = Key()
+    ws.get_simultaneous(((1024,), U8))
+    for _ in range(3):  # seen twice: memoised, the memo holds the key
+        ws.get_retained(key, (16,), U8)
+    ws.get_retained("other", (16,), U8)  # the state no longer refers to the key
+    del key
+    worker = threading.Thread(target=ws.get_simultaneous, args=(((1 << 20,), U8),))
+    worker.start()
+    worker.join(timeout=20)
+    assert not worker.is_alive(), "the key's finalizer's call to the manager hung"
+    assert ran == [True]
+    assert ws.stats().slots[0].capacity == 1 << 20
+
+
+def _grow(ws):
+    ws.get_simultaneous(((1 << 20,), U8))
+
+
+@pytest.mark.parametrize(
+    "operation",
+    ["growth", "growth, callable allocator", "pickle", "deepcopy"],
+)
+def test_no_garbage_collection_runs_under_the_managers_lock(operation):
+    # A collection runs the __del__ of whatever garbage it finds (the caller's objects,
+    # which may call the manager) wherever Python allocates; under the lock, such a call
+    # hung for good. A collection is forced at every allocation here, and gc's callbacks
+    # see whether the lock is held when one starts.
+    import copy
+    import pickle
+
+    options = {}
+    if operation == "growth, callable allocator":
+        options["allocator"] = lambda n, device: torch.empty(n, dtype=U8)
+    ws = WorkspaceManager("cpu", **options)
+    ws.get_simultaneous(((64,), U8))
+    ws.get_retained("key", (16,), U8)
+    mutex = ws._engine._mutex
+    under_lock = []
+
+    def seen(phase, info):
+        if phase == "start":
+            under_lock.append(mutex.locked())
+
+    run = {
+        "growth": _grow,
+        "growth, callable allocator": _grow,
+        "pickle": pickle.dumps,
+        "deepcopy": copy.deepcopy,
+    }[operation]
+    threshold = gc.get_threshold()
+    gc.callbacks.append(seen)
+    gc.set_threshold(1)
+    try:
+        run(ws)
+    finally:
+        gc.set_threshold(*threshold)
+        gc.callbacks.remove(seen)
+    assert gc.isenabled()
+    assert True not in under_lock

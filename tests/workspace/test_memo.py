@@ -285,9 +285,11 @@ def test_retiring_a_slot_replaces_both_its_memos_even_empty():
     acquired.remember("k", 1)
     acquired.last, acquired.seen = "plan", {7}
     empty = memos.retained[3]
-    memos.retire(3)
+    dead = []
+    memos.retire(3, dead)
     fresh = memos.acquired[3]
-    assert acquired.dead and acquired.entries() == 0
+    assert dead == [acquired, empty]  # for the engine to empty once it holds no lock
+    assert acquired.dead and acquired.entries() == 1
     assert fresh is not acquired and not fresh.dead and fresh.index == 3
     assert memos.acquired_at[1][1] is fresh  # the [ubatch][lane] table follows
     assert fresh.last == "plan" and fresh.seen == {7} and fresh.entries() == 0
@@ -304,7 +306,8 @@ def test_a_retired_memos_successor_is_an_empty_memo_of_the_same_slot_that_keeps_
     memo.remember("b", 2)
     memo.remember("c", 3)  # two generations of two: "a" and "b" went to the old one
     memo.last, memo.seen = "plan", {7}
-    memos.retire(5)
+    dead = []
+    memos.retire(5, dead)
     fresh = memos.acquired_at[5][0]
     assert type(fresh) is Memo and fresh.index == 5 and fresh.limit == 4
     assert fresh.entries() == 0 and not fresh.old and not fresh.dead
@@ -313,4 +316,4 @@ def test_a_retired_memos_successor_is_an_empty_memo_of_the_same_slot_that_keeps_
     for key in "wxyz":
         fresh.remember(key, key)
     assert fresh.entries() == 4 and len(fresh) == 2  # bounded as its predecessor was
-    assert memo.dead and memo.entries() == 0  # the predecessor is emptied
+    assert memo.dead and memo in dead  # the predecessor: the engine empties it

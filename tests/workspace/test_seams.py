@@ -207,10 +207,10 @@ FORK_SCRIPT = textwrap.dedent(
     parked, release = threading.Event(), threading.Event()
     real_retire = Memos.retire
 
-    def retire(self, index):  # called under the mutex during a growth: park there
+    def retire(self, index, dead):  # called under the mutex during a growth: park there
         parked.set()
         release.wait(30)
-        real_retire(self, index)
+        real_retire(self, index, dead)
 
     Memos.retire = retire
     grower = threading.Thread(target=lambda: ws.get_simultaneous(((1 << 16,), torch.uint8)))
@@ -219,6 +219,8 @@ FORK_SCRIPT = textwrap.dedent(
     pid = os.fork()
     if pid == 0:  # the child: its first calls that need the lock must not hang
         Memos.retire = real_retire
+        import gc  # the parent's grower had paused the collector: resumed here
+        assert gc.isenabled(), "the child's collector is off"
         ws.lock()
         ws.unlock()
         (view,) = ws.get_simultaneous(((1 << 17,), torch.uint8))

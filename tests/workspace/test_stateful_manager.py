@@ -152,7 +152,7 @@ def _stale_memo(monkeypatch):
     """Growth forgets to drop the memoised views, and replays forget to check the buffer
     they were carved from: later calls get the retired buffer. (Each guard alone keeps
     views current, so both are planted.)"""
-    monkeypatch.setattr(Memos, "retire", lambda self, index: None)
+    monkeypatch.setattr(Memos, "retire", lambda self, index, dead: None)
     monkeypatch.setattr(_memo, "still_current", lambda engine, memo, entry: True)
 
 
