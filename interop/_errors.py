@@ -443,8 +443,10 @@ class AllocationSuppressedError(WorkspaceError, RuntimeError, TypeError):
 class FakeCopyError(WorkspaceError, RuntimeError):
     """A pickled manager was read back under a torch mode that makes tensors fake
     (``FakeTensorMode``, a ``make_fx`` trace): its bytes came back as tensors that hold
-    none, so the copy would call a retained span intact over bytes nobody wrote. A
-    ``RuntimeError`` too, as torch raises for the data of such a tensor."""
+    none, so the copy would call a retained span intact over bytes nobody wrote. Or a
+    manager holding persistent tensors was deep-copied under such a mode (their copies
+    would hold no bytes). A ``RuntimeError`` too, as torch raises for the data of such a
+    tensor."""
 
     reason: ClassVar[str] = "fake-copy"
 

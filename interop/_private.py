@@ -83,6 +83,10 @@ storage-count and constant-result hooks take their private paths (checked).
   then raises torch's own error for a wrapper: an error, not a wrong answer).
 - :func:`is_fake_tensor`: ``isinstance`` of ``torch._subclasses.fake_tensor.FakeTensor``
   (checked on torch 2.13 and 2.15). Gate: it imports. Fallback: ``False``.
+- :func:`fake_mode_active`: whether a ``FakeTensorMode`` (a ``make_fx`` fake trace's too) is
+  active: ``torch._C._get_dispatch_mode(torch._C._TorchDispatchModeKey.FAKE)`` (checked on
+  torch 2.13). Gate: both exist. Fallback: ``False`` (a deep copy under the mode then
+  raises torch's own error: an error, not a wrong answer).
 - :func:`jit_options`: a ``jax.jit`` wrapper's options as a hashable value, from its
   ``_jit_info`` named tuple (checked on jax 0.10.2), so that wrappers made alike share
   plans. Gate: it has named fields. Fallback: ``None`` (plans are kept per wrapper).
@@ -932,6 +936,32 @@ def is_fake_tensor(value: object) -> bool:
         (True, False)
     """
     return _FakeTensor is not None and isinstance(value, _FakeTensor)
+
+
+def _fake_mode_probe() -> Callable[[], object] | None:
+    """The call that returns the active ``FakeTensorMode`` (``None`` when none is)."""
+    get_mode = getattr(torch._C, "_get_dispatch_mode", None)
+    key = getattr(getattr(torch._C, "_TorchDispatchModeKey", None), "FAKE", None)
+    if get_mode is None or key is None:  # pragma: no cover - depends on the installed torch
+        return None
+    return functools.partial(get_mode, key)
+
+
+_FAKE_MODE = _fake_mode_probe()
+
+
+def fake_mode_active() -> bool:
+    """Whether a ``FakeTensorMode`` is active now (``make_fx``'s fake tracing included):
+    tensors made or copied now are fake, holding no bytes.
+
+    Example:
+        >>> from torch._subclasses.fake_tensor import FakeTensorMode
+        >>> with FakeTensorMode():
+        ...     inside = fake_mode_active()
+        >>> inside, fake_mode_active()
+        (True, False)
+    """
+    return _FAKE_MODE is not None and _FAKE_MODE() is not None
 
 
 def is_transform_wrapper(tensor: torch.Tensor) -> bool:

@@ -37,7 +37,7 @@ from .._context import SLOT, known_slot, provided_ubatch
 from .._device import device_memory, normalize_device
 from .._diagnostics import debug_enabled, logger
 from .._errors import FakeCopyError
-from .._private import is_fake_tensor
+from .._private import fake_mode_active, is_fake_tensor
 from . import _plans
 from ._allocators import AllocatorArg, allocator_stack
 from ._buffers import SlotBuffers
@@ -389,7 +389,7 @@ class WorkspaceManager:
                 return WorkspaceManager._acquire(self, pairs, slot)
 
             return self._recorder.call(self, "get_simultaneous", served, specs, {})  # type: ignore[no-any-return]
-        canon = canonical(specs)
+        canon = canonical(specs, "shapes_and_dtypes")  # the public argument's name
         if canon is not specs:
             return self.get_simultaneous(*canon)
         # A torch_call function on XLA's own thread: the only slot, or SlotUnknownError
@@ -875,13 +875,21 @@ class WorkspaceManager:
         as :meth:`__reduce__` describes, its persistent resources and a subclass's own
         attributes deep-copied with the rest, in the same memo (a resource that refers to
         the manager refers to the copy; handles on one manager copy to handles on one
-        copy). Views handed out before are copied as tensors of their own."""
+        copy). Views handed out before are copied as tensors of their own.
+
+        Raises:
+            FakeCopyError: (``RuntimeError``) copied under a torch mode that makes tensors
+                fake (``FakeTensorMode``, ``make_fx``) while persistent tensors are held:
+                their copies would hold no bytes. Nothing is copied.
+        """
         engine_key = (_COPY_OF, id(self._engine))  # one copy per manager, whatever the handle
         twin = memo.get(engine_key)
         if twin is not None:
             handle = twin.__copy__()
             memo[id(self)] = handle
             return handle  # type: ignore[no-any-return]
+        if fake_mode_active():
+            _refuse_fake_copy(type(self), self._persistent.tables)
         copied = _new_like(type(self), self._device, self._config)
         copied._engine.copy_of(self._engine)  # no copy of the bytes held in between
         memo[id(self)] = memo[engine_key] = copied  # before what may refer back to it
@@ -960,6 +968,23 @@ def _rebuild(
         table.update(kept)
     _restore_extras(manager, extras)
     return manager
+
+
+def _refuse_fake_copy(cls: type[WorkspaceManager], tables: Sequence[dict[Hashable, Any]]) -> None:
+    """Refuse a deep copy made under a fake-tensor mode where a persistent tensor is held
+    (its copy would be fake, as an unpickled one is: :func:`_rebuild`); the bytes are
+    copied outside the mode, and other resources as they deep-copy.
+
+    Raises:
+        FakeCopyError: a persistent tensor is held.
+    """
+    held = [v for table in tables for v in list(table.values()) if isinstance(v, torch.Tensor)]
+    if held:
+        raise FakeCopyError(
+            f"a {cls.__name__} was deep-copied under a torch mode that makes tensors fake "
+            f"(FakeTensorMode, make_fx): its {len(held)} persistent tensor(s) would be "
+            "copied as fake tensors, which hold no bytes. Copy it outside the mode."
+        )
 
 
 def _restore_extras(manager: WorkspaceManager, extras: Any) -> None:

@@ -82,7 +82,8 @@ def canonical(specs: tuple[Any, ...], argname: str = "specs") -> tuple[Any, ...]
     already is); what is not a request is left as it is, for the core to explain.
 
     Raises:
-        InvalidSpecError: a dim that is a tensor (naming it and the fix, ``int(t)``).
+        InvalidShapeError: a dim that is a tensor (naming it and the fix, ``int(t)``), or
+            one whose ``__index__`` refuses, naming ``argname[i] shape[j]``.
 
     Example:
         >>> import numpy as np, torch
@@ -107,7 +108,8 @@ def canonical_shape(shape: Any, argname: str = "shape") -> Any:
     at all (the core explains).
 
     Raises:
-        InvalidSpecError: a dim that is a tensor, naming ``argname[j]``.
+        InvalidShapeError: a dim that is a tensor, or one whose ``__index__`` refuses (a
+            NumPy array of one element), naming ``argname[j]``.
     """
     if type(shape) is tuple:
         if plain_shape(shape):
@@ -135,7 +137,14 @@ def _dim(dim: Any, argname: str) -> Any:
         )
     if isinstance(dim, (bool, np.bool_)) or not hasattr(type(dim), "__index__"):
         return dim  # the core refuses it, naming it
-    return operator.index(dim)
+    try:
+        return operator.index(dim)
+    except TypeError as err:  # np.array([3]): an __index__ that refuses
+        raise InvalidShapeError(
+            f"{argname} must be a non-negative int, got {dim!r} (a {type(dim).__name__} "
+            f"with no integer value: {err}). Pass a Python int, such as int(x) of a "
+            "one-element array."
+        ) from None
 
 
 def plain_shape(shape: tuple[Any, ...]) -> bool:

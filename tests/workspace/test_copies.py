@@ -374,3 +374,30 @@ def test_a_manager_unpickled_under_fake_tensor_mode_is_refused_not_a_copy_withou
     meta.get_persistent("p", (3,), torch.float32)
     meta.get_simultaneous(((4,), torch.float32))
     assert pickle.loads(pickle.dumps(meta)).state == meta.state
+
+
+def test_a_manager_deep_copied_under_fake_tensor_mode_with_persistent_tensors_is_refused():
+    # torch raised its own RuntimeError (a meta storage set to a cpu one) from deep inside
+    # the tensor's deepcopy; unpickling under the mode raises FakeCopyError.
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from interop.errors import FakeCopyError
+
+    ws = interop.WorkspaceManager("cpu")
+    ws.get_simultaneous(((100,), torch.float32))
+    ws.get_persistent("scales", (4,), torch.float32, zero_init=True).fill_(2.0)
+    state, memo = ws.state, {}
+    with (
+        FakeTensorMode(),
+        pytest.raises(FakeCopyError, match=r"deep-copied under a torch mode that makes"),
+    ):
+        copy.deepcopy(ws, memo)
+    assert ws.state is state and not memo, "nothing was copied"
+    assert ws.get_persistent("scales", (4,), torch.float32).tolist() == [2.0] * 4
+    copied = copy.deepcopy(ws)  # outside the mode: a copy with its tensors
+    assert copied.get_persistent("scales", (4,), torch.float32).tolist() == [2.0] * 4
+    plain = interop.WorkspaceManager("cpu")  # no persistent tensor: its bytes copy for real
+    plain.get_simultaneous(((100,), torch.float32))
+    with FakeTensorMode():
+        twin = copy.deepcopy(plain)
+    assert twin.state == plain.state

@@ -108,7 +108,9 @@ def test_a_dim_equal_to_a_memoised_one_is_served_only_if_it_is_an_integer(dim, s
 def test_a_tensor_dim_is_refused_naming_the_fix():
     ws = _fresh()
     before = ws.state
-    with pytest.raises(InvalidSpecError, match=r"specs\[1\] shape\[0\] must be an int.*int\(t\)"):
+    with pytest.raises(
+        InvalidSpecError, match=r"shapes_and_dtypes\[1\] shape\[0\] must be an int.*int\(t\)"
+    ):
         ws.get_simultaneous(((4,), F32), ((torch.tensor(4), 2), F32))
     with pytest.raises(InvalidSpecError, match=r"shapes_and_dtypes\[0\] shape\[1\]"):
         ws.reserve(((4, torch.tensor(2)), F32))
