@@ -150,6 +150,15 @@ class UnsupportedPytreeError(HandoffError, TypeError):
     reason = "pytree"
 
 
+class FxTraceError(HandoffError, TypeError, RuntimeError):
+    """A ``jax_call`` reached by a ``torch.fx`` tracer that cannot record it: a ``Proxy``
+    argument (``torch.fx.symbolic_trace``) or a ``make_fx`` trace (``torch.func.linearize``),
+    where the call would be a constant of the trace. A ``TypeError`` for the ``Proxy``, a
+    ``RuntimeError`` as torch raises for what a trace cannot hold."""
+
+    reason = "fx-trace"
+
+
 class LoadedGraphError(HandoffError, KeyError):
     """A graph calls a ``jax_call`` this process cannot run as it was made: no live
     wrapper of its function (a program ``torch.export`` saved, run in another process),
@@ -528,7 +537,7 @@ PUBLIC_ERRORS: tuple[type[Exception], ...] = (
     ShardedArrayError, GradientTrackedError, TransformedTensorError, X64DisabledError,
     UnsupportedDtypeError,
     StreamTypeError, StreamDeviceError, DeletedArrayError, FunctionNotCallableError,
-    UnsupportedPytreeError, LoadedGraphError, JaxSettingError,
+    UnsupportedPytreeError, FxTraceError, LoadedGraphError, JaxSettingError,
     JaxAlreadyStartedError, JaxPreallocationWarning, DroppedGradientWarning,
     TorchCallError, InvalidVmapMethodError, VmapNotAllowedError, ResultSpecError,
     ArgumentTypeError, ResultMismatchError, ResultStructureError, ResultShapeError,

@@ -141,6 +141,10 @@ storage-count and constant-result hooks take their private paths (checked).
   ``torch.UntypedStorage._new_with_weak_ptr(ref.cdata)`` (checked on torch 2.13). Gate: it
   exists. Fallback: ``None``, as for a freed storage (no public function turns a weak
   reference back into a storage).
+- :func:`make_fx_tracing`: whether ``make_fx`` traces now (``torch.func.linearize`` runs
+  it): ``torch.fx.experimental.proxy_tensor.get_proxy_mode`` (checked on torch 2.13). Gate:
+  it imports. Fallback: never tracing (a ``jax_call`` is then recorded as a constant, as
+  before).
 """
 
 from __future__ import annotations
@@ -1043,3 +1047,23 @@ def saved_tensor_hooks_active() -> bool:
         return _TOP_SAVED_HOOKS(False) is not None
     except (TypeError, RuntimeError):  # pragma: no cover - another signature
         return False
+
+
+try:
+    from torch.fx.experimental.proxy_tensor import get_proxy_mode as _get_proxy_mode
+except ImportError:  # pragma: no cover - depends on the installed torch
+    _get_proxy_mode = None  # type: ignore[assignment]
+
+
+def make_fx_tracing() -> bool:
+    """Whether ``make_fx`` traces now (see the module): its proxy mode is active.
+
+    Example:
+        >>> import torch
+        >>> from torch.fx.experimental.proxy_tensor import make_fx
+        >>> seen = []
+        >>> _ = make_fx(lambda x: seen.append(make_fx_tracing()) or x + 1)(torch.ones(1))
+        >>> seen, make_fx_tracing()
+        ([True], False)
+    """
+    return _get_proxy_mode is not None and _get_proxy_mode() is not None

@@ -64,6 +64,7 @@ from ._errors import FactoryNotCallableError as FactoryNotCallableError
 from ._errors import FakeCopyError as FakeCopyError
 from ._errors import FakeTensorError as FakeTensorError
 from ._errors import FunctionNotCallableError as FunctionNotCallableError
+from ._errors import FxTraceError as FxTraceError
 from ._errors import GradientTrackedError as GradientTrackedError
 from ._errors import GrowthDuringCaptureError as GrowthDuringCaptureError
 from ._errors import HandoffError as HandoffError
@@ -135,6 +136,7 @@ __all__ = [
     "FakeCopyError",
     "FakeTensorError",
     "FunctionNotCallableError",
+    "FxTraceError",
     "GradientTrackedError",
     "GrowthDuringCaptureError",
     "HandoffError",

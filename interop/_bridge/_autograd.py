@@ -35,6 +35,7 @@ from . import _dlpack, _vjp
 from ._exchange import (
     cotangent_to_jax,
     held_elsewhere,
+    host_argument,
     results_to_torch,
     to_jax_or_copy,
     unshared,
@@ -61,7 +62,8 @@ class Call:
     forward found out.
 
     ``arrays`` holds the non-differentiated array leaves: torch tensors (which also go to
-    :meth:`JaxFunction.apply`, at ``tensor_slots``) and JAX or NumPy arrays.
+    :meth:`JaxFunction.apply`, at ``tensor_slots``) and JAX arrays (NumPy ones copied into
+    JAX arrays at the call: :func:`~interop._bridge._exchange.host_argument`).
     """
 
     plan: _vjp.Plan
@@ -423,8 +425,10 @@ def run(function: Function, leaves: list[Any], treedef: Any, lineage: tuple[Any,
         arguments = [
             handoff(leaf.detach() if leaf.requires_grad else leaf)
             if isinstance(leaf, torch.Tensor)
+            else host_argument(leaf, treedef, i, copy=False)  # read now: no copy kept
+            if isinstance(leaf, _vjp.HOST_TYPES)
             else leaf
-            for leaf in leaves
+            for i, leaf in enumerate(leaves)
         ]
     except RuntimeError as err:
         if _private.legacy_vmap_level([x for x in leaves if isinstance(x, torch.Tensor)]) is None:
@@ -470,7 +474,7 @@ def call_differentiably(
     arrays: list[Any] = []
     slots: list[int] = []
     statics: list[Any] = []
-    for leaf in leaves:
+    for i, leaf in enumerate(leaves):
         if isinstance(leaf, torch.Tensor):
             if differentiated(leaf):
                 kinds.append(_vjp.DIFF)
@@ -483,7 +487,9 @@ def call_differentiably(
         elif isinstance(leaf, _vjp.ARRAY_TYPES):
             kinds.append(_vjp.ARRAY)
             slots.append(-1)
-            arrays.append(leaf)
+            # A NumPy array is the caller's to refill: the backward and the jvp and vmap
+            # rules read a copy made now, never the array as it is by then.
+            arrays.append(leaf if isinstance(leaf, jax.Array) else host_argument(leaf, treedef, i))
         else:
             kinds.append(_vjp.STATIC)
             statics.append(leaf)

@@ -14,6 +14,10 @@ several results, or hand a cotangent back as a gradient (the transpose of ``a + 
 returns the cotangent itself for both inputs); torch accumulates gradients in place and
 tracks versions per tensor, so a shared buffer would be changed twice. Such a tensor is
 copied (:func:`unshared`).
+
+NumPy arguments: the user's, but host values JAX converts on the way in: each is copied
+once, at the forward, into a JAX array the call keeps (:func:`host_argument`), and a
+64-bit one is refused with x64 off, as a 64-bit tensor is.
 """
 
 from __future__ import annotations
@@ -27,10 +31,10 @@ import jax
 import torch
 
 from .._diagnostics import logger
-from .._errors import LazyViewError, MisalignedViewError, UnsupportedLayoutError
+from .._errors import LazyViewError, MisalignedViewError, UnsupportedLayoutError, X64DisabledError
 from . import _dlpack
-from ._handoff import to_jax, to_torch
-from ._vjp import host_result
+from ._handoff import _X64_HINT, to_jax, to_torch
+from ._vjp import host_result, narrowed
 
 
 @dataclasses.dataclass
@@ -169,6 +173,63 @@ def held_elsewhere(array: Any, ours: int) -> bool:
     """
     # + the caller's loop variable, this function's parameter and getrefcount's argument
     return sys.getrefcount(array) > ours + 3
+
+
+def argument_path(treedef: Any, index: int) -> str:
+    """Where leaf ``index`` of the ``(args, kwargs)`` pytree ``treedef`` sits, as the caller
+    wrote it (``args[1]``, ``kwargs['n'][0]``), for an error naming the argument.
+
+    Example:
+        >>> _, treedef = jax.tree_util.tree_flatten(((1, [2, 3]), {"n": 4}))
+        >>> argument_path(treedef, 2), argument_path(treedef, 3)
+        ('args[1][1]', "kwargs['n']")
+    """
+    try:
+        paths = jax.tree_util.tree_flatten_with_path(
+            jax.tree_util.tree_unflatten(treedef, range(treedef.num_leaves))
+        )[0]
+        path = paths[index][0]
+        return ("args", "kwargs")[path[0].idx] + jax.tree_util.keystr(path[1:])
+    except Exception:  # (a custom node may refuse ints as leaves): its position instead
+        return f"leaf {index} of the arguments"
+
+
+def host_argument(leaf: Any, treedef: Any, index: int, copy: bool = True) -> Any:
+    """The NumPy argument ``leaf`` (an array or a scalar, leaf ``index`` of ``treedef``) as
+    a JAX array of its own, copied now (``copy=False``: checked only, passed as it is).
+
+    A differentiable call keeps its arguments for the backward and for the ``jvp`` and
+    ``vmap`` rules: a NumPy array kept as it is would be read again then, so a write to it
+    in between (a loader refilling a reused batch) would change the gradient, not the loss.
+    The copy is what JAX makes of it on the way in anyway.
+
+    Raises:
+        X64DisabledError: (a ``TypeError``) a 64-bit NumPy argument while JAX's x64 mode is
+            off: JAX would narrow it to 32 bits, where a 64-bit tensor is refused.
+
+    Example:
+        >>> import numpy as np
+        >>> _, treedef = jax.tree_util.tree_flatten(((0, 0), {}))
+        >>> m = np.ones(2, np.float32)
+        >>> kept = host_argument(m, treedef, 1)
+        >>> m[:] = 5.0
+        >>> kept
+        Array([1., 1.], dtype=float32)
+        >>> host_argument(np.int64(2**40 + 5), treedef, 1)
+        Traceback (most recent call last):
+        ...
+        interop.errors.X64DisabledError: jax_call: argument args[1] is a NumPy int64 value ...
+    """
+    dtype = leaf.dtype
+    if narrowed(dtype):
+        value = f"{leaf!r}" if leaf.size <= 4 else f"shape {leaf.shape}"
+        raise X64DisabledError(
+            f"jax_call: argument {argument_path(treedef, index)} is a NumPy {dtype} value "
+            f"({value}) while JAX's x64 mode is off: JAX would narrow it to 32 bits on the "
+            "way in (2**40 + 5 becomes 5, 1e300 becomes inf), as it would a 64-bit tensor, "
+            "which is refused too. " + _X64_HINT
+        )
+    return jax.numpy.array(leaf) if copy else leaf
 
 
 def results_to_torch(result: Any, inputs: Sequence[Any] | None = None) -> Any:

@@ -25,8 +25,9 @@ from typing import Any
 import jax
 import torch
 
+from .. import _private
 from .._compile import run_eagerly
-from .._errors import FunctionNotCallableError
+from .._errors import FunctionNotCallableError, FxTraceError
 from . import _custom_op, _torch_callback
 from ._autograd import run
 from ._functions import WRAPS, Function, function_for
@@ -48,7 +49,40 @@ class Caller:
         if not function.is_live():  # the wrapper it called was freed: call ours
             function.adopt(self.fn)
         leaves, treedef = _flatten((args, kwargs))
+        if _make_fx_tracing() or any(isinstance(leaf, _Proxy) for leaf in leaves):
+            _refuse_fx_trace(self.fn, leaves)
         return run(function, leaves, treedef)
+
+
+_make_fx_tracing = _private.make_fx_tracing
+_Proxy = torch.fx.Proxy
+
+
+def _refuse_fx_trace(fn: Callable[..., Any], leaves: list[Any]) -> None:
+    """Refuse a call that a ``torch.fx`` tracer would record wrongly: ``symbolic_trace``
+    hands it ``Proxy`` objects (which JAX cannot read), and ``make_fx`` (what
+    ``torch.func.linearize`` traces its ``jvp_fn`` with) would keep the result (and its
+    tangent) computed on the trace's example values as a constant of the graph: a
+    ``jvp_fn`` ignoring its tangent, silently."""
+    name = getattr(fn, "__name__", "fn")
+    proxies = [leaf for leaf in leaves if isinstance(leaf, _Proxy)]
+    if proxies:
+        raise FxTraceError(
+            f"jax_call({name}): torch.fx.symbolic_trace handed the call a Proxy "
+            f"({proxies[0]!r}) for an argument: the JAX function cannot be traced "
+            "symbolically. Keep the call whole in the graph with torch.fx.wrap (a module-level "
+            "function calling the jax_call wrapper, wrapped by name), or trace with "
+            "torch.compile or torch.export, which hold the call as the custom op "
+            "functional_ws::jax_call."
+        )
+    raise FxTraceError(
+        f"jax_call({name}): called while make_fx traces (torch.func.linearize traces its "
+        "jvp_fn with it): the trace would keep the JAX result computed on its example "
+        "values as a constant, and the jvp_fn would ignore its tangent. Use "
+        "torch.func.jvp (or forward-mode dual tensors) per tangent, or torch.func.jacfwd "
+        "for the whole Jacobian; torch.compile and torch.export hold the call as the "
+        "custom op functional_ws::jax_call."
+    )
 
 
 run_eagerly(Caller.__call__, _custom_op.EAGER_ADVICE)  # type: ignore[arg-type]

@@ -189,6 +189,19 @@ def _as_array(value: Any) -> Any:
     return value if isinstance(value, jax.Array) else host_result(value)
 
 
+#: NumPy's arrays and scalars: host values JAX converts (and, x64 off, narrows) itself.
+HOST_TYPES = (np.ndarray, np.generic)
+
+
+def narrowed(dtype: np.dtype[Any]) -> bool:
+    """Whether JAX would narrow a NumPy value of ``dtype`` to 32 bits now (a 64-bit one,
+    x64 off), where a torch tensor of that width is refused."""
+    wide = (dtype.kind in "iuf" and dtype.itemsize == 8) or (
+        dtype.kind == "c" and dtype.itemsize == 16
+    )
+    return wide and not _private.x64_enabled()
+
+
 def host_result(leaf: Any) -> Any:
     """A NumPy result (an array or a scalar) as a JAX array, as JAX converts it; any other
     leaf as it is. A 64-bit one is refused while JAX's x64 mode is off: JAX would narrow
@@ -206,13 +219,10 @@ def host_result(leaf: Any) -> Any:
         ...
         interop.errors.X64DisabledError: jax_call: the function returned a NumPy float64 ...
     """
-    if not isinstance(leaf, (np.ndarray, np.generic)):
+    if not isinstance(leaf, HOST_TYPES):
         return leaf
     dtype = leaf.dtype
-    wide = (dtype.kind in "iuf" and dtype.itemsize == 8) or (
-        dtype.kind == "c" and dtype.itemsize == 16
-    )
-    if wide and not _private.x64_enabled():
+    if narrowed(dtype):
         raise X64DisabledError(
             f"jax_call: the function returned a NumPy {dtype} value (shape {np.shape(leaf)}), "
             "which JAX would narrow to 32 bits with its x64 mode off, with and without "

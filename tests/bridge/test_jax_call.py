@@ -134,3 +134,31 @@ def test_a_wrapper_does_not_pickle_but_a_module_holding_one_deep_copies():
     buffer = io.BytesIO()
     torch.save(model.state_dict(), buffer)
     assert "w" in torch.load(io.BytesIO(buffer.getvalue()))
+
+
+_SYMBOLIC_LAYER = interop.jax_call(jax.jit(lambda x: jnp.sin(x) * 2))
+
+
+def _symbolic_layer(x):
+    return _SYMBOLIC_LAYER(x)
+
+
+torch.fx.wrap("_symbolic_layer")  # the way the refusal names: a leaf of the traced graph
+
+
+def test_fx_symbolic_trace_is_refused_naming_fx_wrap_and_compile():
+    # The fx Proxy reached JAX, which answered with its "__jax_array__ ...
+    # abstractification" ValueError.
+    class Direct(torch.nn.Module):
+        def forward(self, x):
+            return _SYMBOLIC_LAYER(x) + 1
+
+    class Wrapped(torch.nn.Module):
+        def forward(self, x):
+            return _symbolic_layer(x) + 1
+
+    with pytest.raises(interop.errors.FxTraceError, match=r"symbolic_trace.*torch\.fx\.wrap"):
+        torch.fx.symbolic_trace(Direct())
+    traced = torch.fx.symbolic_trace(Wrapped())
+    x = torch.tensor([0.5, 1.0])
+    assert torch.allclose(traced(x), torch.sin(x) * 2 + 1)

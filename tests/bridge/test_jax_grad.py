@@ -336,3 +336,39 @@ def test_x64_off_refuses_float64_inputs():
     x = torch.ones(2, dtype=torch.float64, requires_grad=True)
     with pytest.raises(interop.errors.X64DisabledError):
         interop.jax_call(jnp.sin)(x)
+
+
+@pytest.mark.parametrize("grad", [False, True], ids=["no-grad", "grad"])
+@pytest.mark.parametrize("form", ["array", "scalar"])
+@pytest.mark.parametrize("dtype", _WIDE, ids=lambda d: d.__name__)
+def test_x64_off_refuses_a_64_bit_numpy_argument_rather_than_narrow_it(dtype, form, grad):
+    # JAX narrowed it silently on the way in (2**40 + 5 arrived as 5), where a 64-bit
+    # tensor is refused.
+    value = np.array([2**40 + 5]).astype(dtype)
+    n = value if form == "array" else value[0]
+    x = torch.ones(1, requires_grad=grad)
+    call = interop.jax_call(jax.jit(lambda x, n: x * 0 + jnp.real(n % 1000).astype(x.dtype)))
+    with pytest.raises(interop.errors.X64DisabledError, match=rf"args\[1\] .*{np.dtype(dtype)}"):
+        call(x, n)
+    assert call(x, np.array([1005], np.int32)).tolist() == [5.0]
+    # Python numbers are not 64-bit data: static (grad) or JAX's weak types, as before.
+    assert call(x, 1005).tolist() == [5.0] and call(x, 1005.0).tolist() == [5.0]
+
+
+@pytest.mark.parametrize("jitted", [True, False], ids=["jitted", "eager"])
+def test_a_numpy_argument_refilled_before_the_backward_leaves_the_gradient(jitted):
+    # The NumPy array was kept as it is and read again by the backward: refilled in
+    # between (a loader reusing its batch buffer), the gradient was the new values'.
+    def fn(w, m):
+        return jnp.sum(jnp.sin(w * m))
+
+    call = interop.jax_call(jax.jit(fn) if jitted else fn)
+    w = torch.tensor([1.0, 2.0], requires_grad=True)
+    m = np.array([3.0, 4.0], dtype=np.float32)
+    want = torch.cos(w.detach() * torch.tensor([3.0, 4.0])) * torch.tensor([3.0, 4.0])
+    loss = call(w, m)
+    m[:] = 0.0
+    loss.backward()
+    assert torch.allclose(w.grad, want)
+    (second,) = torch.autograd.grad(call(w, m.copy() + 1.0), w)  # the new values, now
+    assert torch.allclose(second, torch.cos(w.detach()))

@@ -264,6 +264,18 @@ def test_the_legacy_vmap_in_forward_mode_is_refused_naming_torch_func(layer):
         )
 
 
+def test_linearize_is_refused_naming_jvp_and_jacfwd(layer):
+    # make_fx, which linearize traces its jvp_fn with, kept the JAX call as a constant:
+    # the jvp_fn ignored its tangent. torch.func.jvp gives what pure torch's linearize does.
+    w, x, _ = _data(3)
+    _, torch_jvp_fn = torch.func.linearize(lambda w: _torch_layer(w, x, 2.0), w)
+    with pytest.raises(interop.errors.FxTraceError, match=r"make_fx.*torch\.func\.jvp.*jacfwd"):
+        torch.func.linearize(lambda w: layer(w, x, 2.0), w)
+    for tangent in (torch.ones_like(w), torch.arange(12.0).reshape(4, 3)):
+        _, got = jvp(lambda w: layer(w, x, 2.0), (w,), (tangent,))
+        _close(got, torch_jvp_fn(tangent))
+
+
 @jax.custom_vjp
 def _sin_with_host_derivative(x):
     return jnp.sin(x)

@@ -13,8 +13,8 @@ TEST = re.compile(r"`(tests/[\w/]+\.py)::(\w+)`")
 COVERED = (
     "eager autograd", "create_graph", "torch.func.grad", "jacrev", "hessian",
     "functional_call", "torch.func.vmap", "per-sample", "dual tensors", "torch.func.jvp",
-    "is_grads_batched", "eager`, `aot_eager`, `inductor", "fullgraph", "warm compile cache",
-    "checkpointing", "DistributedDataParallel",
+    "is_grads_batched", "linearize", "eager`, `aot_eager`, `inductor", "fullgraph",
+    "warm compile cache", "checkpointing", "DistributedDataParallel",
 )  # fmt: skip
 
 

@@ -55,7 +55,7 @@ INTEROP_ERRORS_NAMES = {
     "AllocatorError", "AllocatorNotCallableError", "ArgumentTypeError", "CapacityLimitError",
     "ConjugateBitError", "DeletedArrayError", "DroppedGradientWarning", "DeviceNotVisibleError",
     "DeviceUnavailableError",
-    "FakeTensorError", "FunctionNotCallableError", "GradientTrackedError",
+    "FakeTensorError", "FunctionNotCallableError", "FxTraceError", "GradientTrackedError",
     "GrowthDuringCaptureError", "HandoffError",
     "InputModifiedError", "InputResizedError", "InputWrittenError", "InvalidConfigError",
     "InvalidConfigTypeError", "InvalidSlotTypeError", "InvalidDtypeError", "InvalidShapeError",

@@ -41,6 +41,7 @@ NOT_REFUSALS = {
     interop.HandoffError: None,
     interop.errors.FunctionNotCallableError: TypeError,
     interop.errors.UnsupportedPytreeError: TypeError,
+    interop.errors.FxTraceError: TypeError,  # and RuntimeError
     interop.errors.LoadedGraphError: KeyError,
     interop.errors.JaxSettingError: ValueError,
     interop.errors.JaxAlreadyStartedError: RuntimeError,
