@@ -58,7 +58,20 @@ def _input_path(path: Sequence[Any]) -> str:
     return _path(head, path[1:])
 
 
-def _dtype_problem(dtype: np.dtype[Any], what: str, name: str) -> Exception | None:
+def _is_key(dtype: Any) -> bool:
+    """Whether ``dtype`` is a typed PRNG key's (``jax.random.key``), which NumPy cannot hold."""
+    return bool(jnp.issubdtype(dtype, jax.dtypes.prng_key))
+
+
+def _dtype_problem(dtype: Any, what: str, name: str) -> Exception | None:
+    if _is_key(dtype):
+        return UnsupportedDtypeError(
+            f"torch_call: {what} of {name} has dtype {dtype}, a typed PRNG key "
+            "(jax.random.key), which torch has no equivalent of. Use its raw bits "
+            "instead: pass jax.random.key_data(key) (a uint32 array), and make a key of "
+            "bits fn returns with jax.random.wrap_key_data(bits)."
+        )
+    dtype = np.dtype(dtype)
     if dtype not in TORCH_DTYPES:
         return UnsupportedDtypeError(
             f"torch_call: {what} of {name} has dtype {dtype}, which torch has no equivalent "
@@ -155,7 +168,7 @@ class TorchCaller:
         paths = tuple(_input_path(path) for path, _ in with_paths)
         leaves = [leaf for _, leaf in with_paths]
         for path, leaf in zip(paths, leaves, strict=True):
-            problem = _dtype_problem(np.dtype(leaf.dtype), f"argument {path}", self.name)
+            problem = _dtype_problem(leaf.dtype, f"argument {path}", self.name)
             if problem is not None:
                 raise problem
         specs, out_tree, out_paths = self._result_specs(args, kwargs)
@@ -203,7 +216,7 @@ def flat_specs(promised: Any, name: str) -> tuple[list[jax.ShapeDtypeStruct], An
         where = _path("result", path)
         try:
             shape = tuple(_size(d) for d in leaf.shape)  # 2.5 and True are no sizes
-            dtype = np.dtype(leaf.dtype)
+            dtype = leaf.dtype if _is_key(leaf.dtype) else np.dtype(leaf.dtype)
         except (AttributeError, TypeError) as err:
             raise ResultSpecError(
                 f"torch_call: result_shape_dtypes for {name} has {leaf!r:.80} at {where}: "
