@@ -68,7 +68,7 @@ import torch
 from .._compile import run_eagerly
 from .._errors import LoadedGraphError, UnsupportedDtypeError, UnsupportedPytreeError
 from .._locks import renew_after_fork
-from .._private import constant_result, dual_level_active
+from .._private import constant_result, dual_level_active, transforms_active
 from . import _vjp
 from ._autograd import OVERWRITE_NOTE, is_differentiated
 from ._exchange import compact_cotangent, to_jax_or_copy
@@ -89,6 +89,24 @@ EAGER_ADVICE = (
     "number, a string nor None (nor a tuple, list or dict of those), so the call cannot "
     "become the custom op functional_ws::jax_call. Pass JAX and NumPy arrays as torch "
     "tensors (interop.to_torch), and other values as Python numbers or strings."
+)
+
+#: Why a jax_call inside a torch.func transform runs outside the graph.
+TRANSFORM_ADVICE = (
+    "functional-ws: this interop.jax_call runs eagerly, outside the torch.compile graph "
+    "(the graph breaks at the call): it is called inside a torch.func transform (grad, "
+    "vjp, jacrev, vmap) that torch.compile traces, and the custom op "
+    "functional_ws::jax_call cannot be transformed there. Put the torch.func transform "
+    "outside torch.compile (torch.func.grad(torch.compile(loss))), or call it uncompiled."
+)
+
+#: Why a jax_call whose trace failed runs outside the graph (its error is raised there).
+TRACE_FAILED_ADVICE = (
+    "functional-ws: this interop.jax_call cannot become the custom op "
+    "functional_ws::jax_call: tracing its function for the graph failed (the function "
+    "raised, or returned a pytree other than tuples, lists, dicts and None, which is "
+    "UnsupportedPytreeError). Without fullgraph=True the call runs eagerly at a graph "
+    "break, where that error is raised as itself; call the function uncompiled to see it."
 )
 
 TENSOR, INT, FLOAT = "T", "I", "F"
@@ -223,6 +241,8 @@ def traced_call(caller_key: str, args: tuple[Any, ...], kwargs: dict[str, Any]) 
         # (Forward mode: the op has no tangent rule; on torch 2.13 the compiled graph then
         # dropped the tangent silently. The eager call has one, the jvp rule.)
         return _call_eagerly(caller_key, args, kwargs)
+    if transforms_traced():
+        return _call_under_transform(caller_key, args, kwargs)
     key = op_key(caller_key, structure)
     # A probe (its node unused: dead code aot_eager and inductor drop; it computes no
     # results) gives the results' dtypes and ranks, constants even under dynamic shapes;
@@ -232,6 +252,8 @@ def traced_call(caller_key: str, args: tuple[Any, ...], kwargs: dict[str, Any]) 
     # (On detached tensors, not under no_grad: torch.export keeps a grad-mode switch as a
     # node of its own, which torch.export.load refuses.)
     probe = jax_call_probe(key, [t.detach() for t in tensors], ints, floats)
+    if trace_failed(key):  # fn raised, or returned what the graph cannot rebuild
+        return _call_failing_trace(caller_key, args, kwargs)
     key = signed_key(key, tuple((r.dtype, r.dim()) for r in probe))
     results = jax_call_op(key, tensors, ints, floats)
     return rebuild(result_structure(key), iter(results), iter(()))
@@ -241,7 +263,41 @@ def _call_eagerly(caller_key: str, args: tuple[Any, ...], kwargs: dict[str, Any]
     return _caller(caller_key)(args, kwargs)
 
 
+def _call_failing_trace(caller_key: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """A call whose trace for the graph failed (:func:`_probe_fake`), run eagerly at a graph
+    break: the same trace on the real arguments raises its error as itself (an exception
+    of the function's own, :class:`~interop.errors.UnsupportedPytreeError`), where Dynamo
+    would have wrapped it in its ``TorchRuntimeError``. Should it pass now, the call runs
+    eagerly."""
+    tensors: list[Any] = []
+    ints: list[Any] = []
+    floats: list[Any] = []
+    key = _op_key(caller_key, describe((args, kwargs), tensors, ints, floats))
+    _abstract_results(_entry(key), *_empty_inputs(tensors, ints, floats), fresh=True)
+    return _call_eagerly(caller_key, args, kwargs)
+
+
+def _call_under_transform(caller_key: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """A call traced inside a ``torch.func`` transform, run eagerly at a graph break, where
+    the transform's rules (``setup_context``, vmap, jvp) run it: the op's autograd, made by
+    ``torch.library``, is no ``autograd.Function`` torch.func can transform (torch 2.13
+    refused it in the op's fake run: "must override the setup_context staticmethod",
+    about a class the caller never wrote)."""
+    return _call_eagerly(caller_key, args, kwargs)
+
+
+def _transforms_traced() -> bool:
+    """Whether Dynamo traces this call inside a ``torch.func`` transform (it enters the
+    transform's level while tracing, so torch's own check answers)."""
+    return transforms_active()
+
+
+#: :func:`_transforms_traced`, read while Dynamo traces (a constant of the graph).
+transforms_traced = constant_result(_transforms_traced)
+
 run_eagerly(_call_eagerly, EAGER_ADVICE)  # type: ignore[arg-type]
+run_eagerly(_call_under_transform, TRANSFORM_ADVICE)  # type: ignore[arg-type]
+run_eagerly(_call_failing_trace, TRACE_FAILED_ADVICE)  # type: ignore[arg-type]
 
 
 # ----- entries: one per (wrapper, description); the op's key names one -----
@@ -534,12 +590,19 @@ def _result_structure(key: str) -> Any:
     return _entry(key).result
 
 
+def _trace_failed(key: str) -> bool:
+    """Whether the probe's trace of entry ``key``'s function, just made, failed."""
+    return getattr(_traced, "failed", None) == key
+
+
 #: The entry's key for a wrapper and a description (a constant of the traced graph).
 op_key = constant_result(_op_key)
 #: The key naming the results' dtypes and ranks too (see :func:`traced_call`).
 signed_key = constant_result(_signed_key)
 #: The description of the entry's result, once the op's fake implementation has run.
 result_structure = constant_result(_result_structure)
+#: Whether the probe's trace failed (:func:`traced_call` then runs the call eagerly).
+trace_failed = constant_result(_trace_failed)
 
 
 def _describe_result(result: Any) -> tuple[Any, list[Any]]:
@@ -845,7 +908,10 @@ def jax_call_probe(
     entry = _entry(key)
     if entry.candidates is not None:  # a loaded graph's probe: no choice is made here
         return _empties(_any_candidates_results(entry, tensors, ints, floats), tensors)
-    return _empty_results(key, tensors, ints, floats, fresh=False)[1]
+    try:
+        return _empty_results(key, tensors, ints, floats, fresh=False)[1]
+    except Exception:  # as its fake implementation: traced_call raises it at a graph break
+        return []
 
 
 def _any_candidates_results(
@@ -872,11 +938,19 @@ def _probe_fake(
     # The op's fake implementation, but for the check of one result structure per key: the
     # probe's key names no results (the signed key that follows it does, and checks).
     # What the trace read is kept for that signed key (traced_call makes it next).
+    # A trace that fails is kept as failed, not raised: raised here, inside Dynamo's
+    # fake-tensor run, the error reached the caller wrapped in Dynamo's TorchRuntimeError
+    # (whose hint says eager code may fail too); traced_call raises it at a graph break.
+    _traced.failed = None
     entry = _entry(key)
     if entry.candidates is not None:  # a loaded graph compiled: as the probe runs
         return _empties(_any_candidates_results(entry, tensors, ints, floats), tensors)
     inputs = _empty_inputs(tensors, ints, floats)
-    _, found = _abstract_results(entry, *inputs, fresh=True, semantics=True)
+    try:
+        _, found = _abstract_results(entry, *inputs, fresh=True, semantics=True)
+    except Exception:
+        _traced.failed = key
+        return []
     _traced.semantics = (key, entry.semantics[inputs])
     return _empties(found, tensors)
 

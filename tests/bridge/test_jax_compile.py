@@ -9,6 +9,8 @@ compiles: inductor's are slow (see the durations ``pytest --durations`` reports)
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import jax
 import jax.numpy as jnp
 import pytest
@@ -16,7 +18,7 @@ import torch
 from torch.autograd import forward_ad
 
 import interop
-from interop._bridge._custom_op import EAGER_ADVICE
+from interop._bridge._custom_op import EAGER_ADVICE, TRACE_FAILED_ADVICE, TRANSFORM_ADVICE
 from interop._bridge._handoff import HANDOFF_ADVICE
 
 OP = torch.ops.functional_ws.jax_call.default
@@ -146,6 +148,63 @@ def test_fullgraph_refuses_the_bare_handoff_with_advice():
     with pytest.raises(RuntimeError) as caught:
         compiled(torch.ones(3))
     assert HANDOFF_ADVICE in str(caught.value)
+
+
+class _Pair(NamedTuple):
+    first: object
+    second: object
+
+
+def _raises(x):
+    raise ValueError("the function's own error, at trace time")
+
+
+TRACE_FAILURES = [
+    ("namedtuple-result", lambda x: _Pair(x * 2, x * 3), interop.errors.UnsupportedPytreeError,
+     "returned a _Pair, which the compiled graph cannot rebuild"),
+    ("fn-raises", _raises, ValueError, "the function's own error"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "fn, error, match", [case[1:] for case in TRACE_FAILURES],
+    ids=[case[0] for case in TRACE_FAILURES],
+)  # fmt: skip
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_a_trace_failure_is_raised_as_itself_not_wrapped_by_dynamo(backend, fn, error, match):
+    """The trace runs inside Dynamo's fake-tensor run, which wrapped its error in a
+    TorchRuntimeError: the call runs at a graph break instead, where it raises itself."""
+    wrapped = interop.jax_call(jax.jit(fn))
+    with pytest.raises(error, match=match):
+        torch.compile(lambda x: wrapped(x), backend=backend)(torch.ones(3))
+    with pytest.raises(RuntimeError) as caught:
+        torch.compile(lambda x: wrapped(x), backend=backend, fullgraph=True)(torch.ones(3))
+    assert TRACE_FAILED_ADVICE in str(caught.value)
+
+
+_scalar_loss = interop.jax_call(jax.jit(lambda w, x: jnp.sum(jnp.tanh(x @ w) ** 2)))
+REVERSE_TRANSFORMS = [
+    ("grad", torch.func.grad(_scalar_loss)),
+    ("jacrev", torch.func.jacrev(_scalar_loss)),
+    ("vmap-of-grad", torch.func.vmap(torch.func.grad(_scalar_loss), in_dims=(None, 0))),
+]
+
+
+@pytest.mark.parametrize(
+    "transformed", [case[1] for case in REVERSE_TRANSFORMS],
+    ids=[case[0] for case in REVERSE_TRANSFORMS],
+)  # fmt: skip
+def test_a_torch_func_transform_inside_compile_runs_the_call_eagerly(transformed):
+    """The op's autograd is no autograd.Function torch.func can transform (torch 2.13
+    refused it: "must override the setup_context staticmethod"): the call runs eagerly at
+    a graph break, where the transform's rules run it; fullgraph=True says what to do."""
+    w, _, x, _ = _inputs(5)
+    got = torch.compile(transformed, backend="aot_eager")(w, x)
+    assert torch.allclose(got, transformed(w, x), atol=1e-6)
+    torch._dynamo.reset()  # (else the graph compiled above serves the fullgraph call)
+    with pytest.raises(RuntimeError) as caught:
+        torch.compile(transformed, backend="aot_eager", fullgraph=True)(w, x)
+    assert TRANSFORM_ADVICE in str(caught.value)
 
 
 def test_default_mode_runs_a_jax_array_argument_eagerly():
