@@ -67,7 +67,7 @@ from .._errors import (
     AllocationStorageOffsetError,
     AllocatorError,
 )
-from .._private import modes_active, outside_modes
+from .._private import is_fake_tensor, modes_active, outside_modes
 
 #: A user allocator: ``allocator(nbytes, device)`` returns a 1-D ``uint8`` tensor of at least
 #: ``nbytes`` bytes on ``device``.
@@ -341,7 +341,8 @@ def check_allocation(
             sparse tensor.
         AllocationShapeError: (``AllocationValueError``, ``ValueError``) not 1-D.
         AllocationNegativeBitError: (``AllocationValueError``) torch's negative bit is set.
-        AllocationSizeError: (``AllocationValueError``) fewer than ``nbytes`` elements.
+        AllocationSizeError: (``AllocationValueError``) fewer than ``nbytes`` elements, or
+            a storage that holds fewer of their bytes (freed, or a fake tensor's: none).
         AllocationDeviceError: (``AllocationValueError``) on another device.
         AllocationLayoutError: (``AllocationValueError``) not contiguous.
         AllocationOverlapError: (``AllocationValueError``) overlaps a buffer in ``in_use``.
@@ -391,6 +392,22 @@ def check_allocation(
     if result.numel() < nbytes:
         raise AllocationSizeError(
             f"{what}) for {nbytes} bytes: {result.numel()} bytes is too small."
+        )
+    if is_fake_tensor(result):  # (before its storage is read)
+        raise AllocationSizeError(
+            f"{what}) for {nbytes} bytes: a fake tensor (FakeTensorMode), which holds no "
+            "bytes; views of it would write to no memory. Allocate outside the mode."
+        )
+    try:
+        held = result.untyped_storage().nbytes() - result.storage_offset()
+    except RuntimeError:  # a storage its owner keeps private: its address is what is known
+        held = nbytes
+    if held < nbytes or (nbytes and not result.data_ptr()):
+        raise AllocationSizeError(
+            f"{what}) for {nbytes} bytes whose storage holds {max(held, 0)} of them from "
+            f"the tensor's start (address {result.data_ptr():#x}): its memory was freed "
+            "(untyped_storage().resize_(0), as FSDP frees a parameter's) or never there; "
+            "views of it would write past its memory. Return a tensor that owns its bytes."
         )
     if not same_device(result.device, device):
         raise AllocationDeviceError(

@@ -1,5 +1,6 @@
 """Allocator results that pass the old checks but would break the workspace are refused:
-memory another slot is using, and torch's negative bit (issue 10, item 9)."""
+memory another slot is using, torch's negative bit (issue 10, item 9), and storage that does not
+hold the bytes (freed, fake)."""
 
 from __future__ import annotations
 
@@ -253,3 +254,40 @@ def test_a_buffer_no_wide_dtype_can_start_at_is_refused_before_anything_changes(
     assert after[0] is before[0] and after[1][0][0] == before[1][0][0]
     (again,) = ws.get_simultaneous(((100,), torch.float32))  # the old buffer still serves
     assert again.eq(2.0).all()
+
+
+def _freed(nbytes, device):
+    block = torch.empty((nbytes,), dtype=U8, device=device)
+    block.untyped_storage().resize_(0)  # FSDP's way of freeing: the tensor's shape stays
+    return block
+
+
+def _fake(nbytes, device):
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        return torch.empty((nbytes,), dtype=U8, device=device)
+
+
+@pytest.mark.parametrize("bad", [_freed, _fake], ids=["storage-freed", "fake"])
+def test_a_result_whose_storage_does_not_hold_its_bytes_is_refused_and_changes_nothing(bad):
+    # Its numel() is what was asked: the storage holds fewer bytes (none). Accepted, a view
+    # of it wrote to address 0: the process died (segmentation fault).
+    with pytest.raises(interop.errors.AllocationSizeError, match="holds"):
+        _check(bad(4096, DEVICE), 4096)
+    broken = []
+
+    def pool(nbytes, device):
+        return bad(nbytes, device) if broken else _arena(nbytes)
+
+    ws = WorkspaceManager(DEVICE, allocator=pool)
+    (view,) = ws.get_simultaneous(((1000,), U8))
+    view.fill_(9)
+    before = slots_snapshot(ws, ubatches=1)
+    broken.append(True)
+    with pytest.raises(interop.errors.AllocationSizeError):
+        ws.get_simultaneous(((5000,), U8))
+    after = slots_snapshot(ws, ubatches=1)
+    assert after[0] is before[0] and torch.equal(after[1][0][1], before[1][0][1])
+    (again,) = ws.get_simultaneous(((1000,), U8))  # the old buffer still serves
+    assert again.eq(9).all()
