@@ -120,15 +120,29 @@ def _planning_copy(state: WorkspaceState) -> WorkspaceState:
 
 def _claimed(keys: frozenset[Hashable], key: Hashable) -> bool:
     """Whether ``key`` is among ``keys``: by equality, as the manager looks it up; a key
-    read back from JSON that holds a :class:`ReprKey` also by its JSON spelling (it matches
-    the live key it was written from). A live key never matches by spelling: two layers
-    with the same ``repr``, or two NaNs, are two keys at run time."""
+    read back from JSON that holds a :class:`ReprKey` also part by part, each
+    :class:`ReprKey` by its JSON spelling (it matches the live part it was written from) and
+    every other part by equality (``1.0`` is the held ``1``, as at run time). A live key
+    never matches by spelling: two layers with the same ``repr``, or two NaNs, are two keys
+    at run time."""
     if key in keys:
         return True
     if not _read_back(key):
         return False
-    spelling = key_spelling(key)
-    return any(key_spelling(k) == spelling for k in keys)
+    return any(_same_key(key, k) for k in keys)
+
+
+def _same_key(read: Hashable, live: Hashable) -> bool:
+    """Whether ``read``, a key read back from JSON, is the live key ``live``."""
+    if type(read) is ReprKey:
+        return key_spelling(read) == key_spelling(live)
+    if type(read) is tuple:
+        return (
+            isinstance(live, tuple)
+            and len(read) == len(live)
+            and all(_same_key(r, x) for r, x in zip(read, live, strict=True))
+        )
+    return bool(read == live)
 
 
 def _read_back(key: Hashable) -> bool:
