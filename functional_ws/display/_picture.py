@@ -24,6 +24,7 @@ from .._layout import Layout, Span
 from .._presenters import key_text
 from .._spec import round_up
 from .._state import Slot, WorkspaceState
+from .._trace_events import dtype_label
 from ._text import counted, exact_bytes
 
 SegmentKind = Literal["view", "more", "padding", "requested", "free", "retained", "clobbered"]
@@ -70,8 +71,15 @@ KNOWN_DTYPES = {
 
 
 def dtype_name(dtype: Any) -> str:
-    """A dtype's name without a ``torch.`` prefix (``torch.float32`` and numpy's agree)."""
-    return str(dtype).removeprefix("torch.")
+    """A dtype's name without a ``torch.`` prefix (``torch.float32``, numpy's
+    ``dtype("float32")`` and its scalar type ``np.float32`` agree), as a trace spells it.
+
+    Example:
+        >>> import numpy as np
+        >>> dtype_name(np.float32), dtype_name(np.dtype("float32"))
+        ('float32', 'float32')
+    """
+    return dtype_label(dtype)
 
 
 def dtype_colour(dtype: Any) -> str:

@@ -134,6 +134,7 @@ def test_common_dtypes_have_distinct_colours():
 
     assert len(set(KNOWN_DTYPES.values())) == len(KNOWN_DTYPES)
     assert dtype_colour("torch.float16") == dtype_colour(np.dtype("float16"))
+    assert dtype_colour(np.float32) == dtype_colour(np.dtype("float32"))  # a scalar type too
     assert dtype_colour("torch.int32") != dtype_colour("torch.float16")
     for (a, x), (b, y) in itertools.combinations(KNOWN_DTYPES.items(), 2):
         assert _distance(x, y) > 25, (a, b)  # int32 and uint8 looked alike once
@@ -373,3 +374,11 @@ def test_a_slot_that_lost_its_buffer_is_not_captioned_as_never_having_had_one():
     labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]
     assert "slot (19, 0)" in labels
     assert "4 more slots not drawn (all of them never held bytes)" in fig.axes[0].get_title()
+
+
+def test_a_numpy_scalar_type_dtype_is_named_as_its_dtype_in_every_display():
+    """The core takes np.float32 for a dtype; the displays named it "<class
+    'numpy.float32'>" and gave it a colour of its own, beside float32's."""
+    state, layout = fws.acquire(fws.initial_state(), (0, 0), ((100,), np.float32))
+    for shown in (str(layout), layout._repr_html_(), fws.render_html(state, {(0, 0): layout}, {})):
+        assert "numpy.float32" not in shown and "float32" in shown
