@@ -182,6 +182,25 @@ def test_a_trace_failure_is_raised_as_itself_not_wrapped_by_dynamo(backend, fn, 
     assert TRACE_FAILED_ADVICE in str(caught.value)
 
 
+def test_a_trace_that_failed_before_is_traced_again_and_becomes_the_op_once_it_passes():
+    """The failure is the trace's just made, not one kept from an earlier trace: once fn
+    traces (what made it raise is gone), fullgraph=True compiles the call as the op."""
+    failing = [True]
+
+    def fn(x):
+        if failing[0]:
+            raise ValueError("not yet")
+        return x * 2
+
+    wrapped = interop.jax_call(jax.jit(fn))
+    with pytest.raises(ValueError, match="not yet"):
+        torch.compile(lambda x: wrapped(x), backend="eager")(torch.ones(3))
+    failing[0] = False
+    torch._dynamo.reset()
+    got = torch.compile(lambda x: wrapped(x), backend="eager", fullgraph=True)(torch.ones(3))
+    assert got.tolist() == [2.0] * 3
+
+
 _scalar_loss = interop.jax_call(jax.jit(lambda w, x: jnp.sum(jnp.tanh(x @ w) ** 2)))
 REVERSE_TRANSFORMS = [
     ("grad", torch.func.grad(_scalar_loss)),

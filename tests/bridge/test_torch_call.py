@@ -395,6 +395,31 @@ def test_on_xlas_thread_the_fallback_hands_back_copies_of_the_only_slots_scratch
         interop.reset_workspace_manager()
 
 
+def test_on_xlas_thread_the_fallbacks_backward_holds_the_only_slot_until_it_is_done(monkeypatch):
+    """The fallback's backward runs fn and torch.autograd.grad, which reads the scratch fn
+    saved, in the only slot held (else another device's call overwrote it meanwhile)."""
+    interop.init_workspace_manager("cpu")
+    held = []
+    grad = torch.autograd.grad
+
+    def recording_grad(*args, **kwargs):
+        held.append(_context._ONLY_SLOT.locked())  # nobody else's block runs in this test
+        return grad(*args, **kwargs)
+
+    sig = _signature((2,))
+    callback = _torch_callback.backward_host(_scratch_squared, sig, (0,), (0,))
+    x, ct, marks = np.ones(2, np.float32), np.ones(2, np.float32), np.ones(1, bool)
+    monkeypatch.setattr(torch.autograd, "grad", recording_grad)
+    results = []
+    try:
+        _on_a_thread_python_did_not_start(lambda: results.extend(callback(x, ct, marks)))
+        assert held == [True]
+        assert results[0].tolist() == [2.0, 2.0]  # d(x * x) = 2x
+        assert not _context._ONLY_SLOT.locked()  # let go at the end
+    finally:
+        interop.reset_workspace_manager()
+
+
 @pytest.mark.usefixtures("path")
 def test_fn_sees_the_callers_ubatch_and_lane():
     """Inputs computed, XLA runs the callback on the calling thread (on CPU), so the

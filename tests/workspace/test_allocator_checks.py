@@ -269,11 +269,41 @@ def _fake(nbytes, device):
         return torch.empty((nbytes,), dtype=U8, device=device)
 
 
-@pytest.mark.parametrize("bad", [_freed, _fake], ids=["storage-freed", "fake"])
-def test_a_result_whose_storage_does_not_hold_its_bytes_is_refused_and_changes_nothing(bad):
+def _shrunk_by_one(nbytes, device):
+    block = torch.empty((nbytes,), dtype=U8, device=device)
+    block.untyped_storage().resize_(nbytes - 1)  # one byte short of its shape
+    return block
+
+
+def _slice_past_shrunk_end(nbytes, device):
+    arena = torch.empty((2 * nbytes,), dtype=U8, device=device)
+    block = arena[nbytes:]  # its storage holds nbytes from storage_offset() on ...
+    arena.untyped_storage().resize_(nbytes + nbytes // 2)  # ... then half of them
+    return block
+
+
+@pytest.mark.parametrize(
+    "short", [_shrunk_by_one, _slice_past_shrunk_end], ids=["one-byte-short", "past-the-end"]
+)
+def test_a_storage_holding_some_but_not_all_of_the_bytes_from_the_tensors_start_is_refused(
+    short,
+):
+    # The bytes counted are those from the tensor's start (its storage_offset) to the
+    # storage's end, all of them: a view carved at the end wrote past the memory.
+    with pytest.raises(interop.errors.AllocationSizeError, match="holds"):
+        _check(short(4096, DEVICE), 4096)
+    assert _check(_arena(4096), 4096) is not None  # exactly enough is enough
+
+
+@pytest.mark.parametrize(
+    ("bad", "said"),
+    [(_freed, "storage holds 0"), (_fake, "fake tensor")],
+    ids=["storage-freed", "fake"],
+)
+def test_a_result_whose_storage_does_not_hold_its_bytes_is_refused_and_changes_nothing(bad, said):
     # Its numel() is what was asked: the storage holds fewer bytes (none). Accepted, a view
     # of it wrote to address 0: the process died (segmentation fault).
-    with pytest.raises(interop.errors.AllocationSizeError, match="holds"):
+    with pytest.raises(interop.errors.AllocationSizeError, match=said):
         _check(bad(4096, DEVICE), 4096)
     broken = []
 

@@ -401,3 +401,16 @@ def test_a_manager_deep_copied_under_fake_tensor_mode_with_persistent_tensors_is
     with FakeTensorMode():
         twin = copy.deepcopy(plain)
     assert twin.state == plain.state
+
+
+def test_a_deep_copy_under_fake_tensor_mode_is_refused_for_a_persistent_tensor_of_any_ubatch():
+    # Every ubatch's table is looked at, not the first one's only.
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from interop.errors import FakeCopyError
+
+    ws = interop.WorkspaceManager("cpu", num_ubatches=2)
+    with interop.use_workspace_ubatch(1):
+        ws.get_persistent("scales", (4,), torch.float32, zero_init=True)
+    with FakeTensorMode(), pytest.raises(FakeCopyError, match=r"1 persistent tensor"):
+        copy.deepcopy(ws)

@@ -19,7 +19,7 @@ from support.seams import in_slot_buffer, memo_of, slot_buffer
 from torch.multiprocessing.reductions import StorageWeakRef
 
 import functional_ws as fws
-from interop import WorkspaceManager, use_workspace_ubatch
+from interop import WorkspaceManager, _locks, use_workspace_ubatch
 
 U8 = torch.uint8
 
@@ -403,4 +403,17 @@ def test_no_garbage_collection_runs_under_the_managers_lock(operation):
         gc.set_threshold(*threshold)
         gc.callbacks.remove(seen)
     assert gc.isenabled()
+    assert not _locks.pausing  # (a fork resumed the collector for a pause long over)
     assert True not in under_lock
+
+
+def test_the_collector_is_resumed_when_the_paused_section_raises():
+    # A section under the lock raising (a Ctrl-C, an allocation that failed) left the
+    # collector off for the rest of the process.
+    def fails():
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        _locks.collection_paused(fails)
+    assert gc.isenabled()
+    assert not _locks.pausing

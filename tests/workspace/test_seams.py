@@ -309,6 +309,35 @@ def test_a_key_whose_eq_grows_another_slot_is_served_as_the_original_serves_it()
     assert not inconsistencies(ws)
 
 
+def test_no_garbage_collection_runs_under_the_lock_while_a_call_merges_over_another_slot():
+    """A merge under the lock allocates: a collection there ran the __del__ of whatever
+    garbage it found, which may call the manager (it hung). A collection is forced at
+    every allocation here, and gc's callbacks see whether the lock is held."""
+    import gc
+
+    ws = interop.WorkspaceManager("cpu", num_ubatches=2)
+    ws.get_simultaneous(((1024,), U8))
+    first, second = GrowingKey(ws, "__eq__", 1), GrowingKey(ws, "", 1)
+    ws.get_retained(first, (64,), F32)
+    mutex = ws._engine._mutex
+    under_lock = []
+
+    def seen(phase, info):
+        if phase == "start":
+            under_lock.append(mutex.locked())
+
+    threshold = gc.get_threshold()
+    gc.callbacks.append(seen)
+    gc.set_threshold(1)
+    try:
+        view, intact = ws.get_retained(second, (64,), F32)
+    finally:
+        gc.set_threshold(*threshold)
+        gc.callbacks.remove(seen)
+    assert under_lock and True not in under_lock
+    assert intact and in_slot_buffer(ws, view)
+
+
 @pytest.mark.parametrize("sightings", [1, 2], ids=["seen-once", "memoised"])
 def test_a_key_whose_eq_grows_its_own_slot_leaves_nothing_pinned(sightings):
     """Memoised, the key's ``__eq__`` runs in the memo's own lookup, on the hot path."""
