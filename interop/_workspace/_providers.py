@@ -393,6 +393,15 @@ def check_allocation(
         raise AllocationSizeError(
             f"{what}) for {nbytes} bytes: {result.numel()} bytes is too small."
         )
+    if not same_device(result.device, device):
+        raise AllocationDeviceError(
+            f"{what}) but the workspace lives on {device}; allocate on the device passed."
+        )
+    if not result.is_contiguous():
+        raise AllocationLayoutError(
+            f"{what}, stride={result.stride()}) for {nbytes} bytes; it must be contiguous "
+            "(views are carved from consecutive bytes)."
+        )
     if is_fake_tensor(result):  # (before its storage is read)
         raise AllocationSizeError(
             f"{what}) for {nbytes} bytes: a fake tensor (FakeTensorMode), which holds no "
@@ -408,15 +417,6 @@ def check_allocation(
             f"the tensor's start (address {result.data_ptr():#x}): its memory was freed "
             "(untyped_storage().resize_(0), as FSDP frees a parameter's) or never there; "
             "views of it would write past its memory. Return a tensor that owns its bytes."
-        )
-    if not same_device(result.device, device):
-        raise AllocationDeviceError(
-            f"{what}) but the workspace lives on {device}; allocate on the device passed."
-        )
-    if not result.is_contiguous():
-        raise AllocationLayoutError(
-            f"{what}, stride={result.stride()}) for {nbytes} bytes; it must be contiguous "
-            "(views are carved from consecutive bytes)."
         )
     start = result.data_ptr()
     end = start + nbytes
