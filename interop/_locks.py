@@ -64,9 +64,11 @@ def collection_paused(fn: Callable[..., R], *args: Any) -> R:
     ``__del__`` (and ``weakref.finalize`` callbacks) of whatever garbage it finds, wherever
     Python allocates: the caller's code, which may call back into what holds the lock, and
     the same thread cannot take it again (it hung for good). A function, not a context
-    manager: the pause starts inside the ``try`` that ends it, so no Ctrl-C leaves the
-    collector off. (Two threads pausing at once, for two managers: the first to finish
-    resumes it for both.)
+    manager: the pause starts inside the ``try`` that ends it, and the collector is resumed
+    before anything else, so a Ctrl-C does not leave it off. Process-wide, as the collector
+    is: where two threads pause at once (two managers), the one that found it running
+    resumes it when it is done, while the other may still be in its section; and a
+    ``gc.disable()`` another thread makes meanwhile is undone then.
 
     Example:
         >>> import gc
@@ -81,5 +83,5 @@ def collection_paused(fn: Callable[..., R], *args: Any) -> R:
         return fn(*args)
     finally:
         if collecting:
+            gc.enable()  # first: a Ctrl-C after a call returns leaves at most a stale id
             pausing.discard(threading.get_ident())
-            gc.enable()

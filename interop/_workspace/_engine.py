@@ -403,8 +403,9 @@ class Engine:
         if self._device.type == "cuda":
             refuse_growth_during_capture(self._device, *growth[0])
         # The growth's sections under the mutex allocate: the collector is paused for all
-        # of it (collection_paused written out: a call fewer, count_growth_calls.py's
-        # budget; the pause starts inside the try that ends it).
+        # of it, the allocator's own calls included (collection_paused written out: a call
+        # fewer, count_growth_calls.py's budget; the pause starts inside the try that ends
+        # it).
         collecting = gc.isenabled()
         try:
             gc.disable()
@@ -418,8 +419,8 @@ class Engine:
             return self._grow_allocating_first(old, new, growth, index, spare)
         finally:
             if collecting:
+                gc.enable()  # first (see collection_paused)
                 _pausing.discard(threading.get_ident())
-                gc.enable()
             if self.buffers.allocator.pending:  # logging runs handlers: never under the mutex
                 self.buffers.allocator.report()
 

@@ -22,8 +22,9 @@ while that buffer is still its slot's; a hit without a replay needs the very sta
 the entry's plan left, which changes whenever the buffer does. When a slot's buffer is
 replaced, its memos retire (:meth:`Memos.retire`, which the engine calls before the
 buffer goes): a fresh memo takes each one's place in the tables first, then the old one is
-marked ``dead`` and emptied (its views pin the old buffer), so the tables always hold a
-live memo, whatever interrupts the retirement.
+marked ``dead``, so the tables always hold a live memo, whatever interrupts the
+retirement; the engine empties the dead ones (their views pin the old buffer) once it
+holds no lock (their entries hold the caller's keys, whose ``__del__`` may call it).
 
 Replaying. When the state moved since an entry was last used, :func:`replay_and_swap`
 replays its plan on the current state (the core's replay, cached by the identity of the
@@ -253,8 +254,8 @@ class Memo(dict[Hashable, Any]):
         index: the slot's position in ``WorkspaceState.slots``.
         old: the previous generation.
         last: the plan of the slot's last request (what pictures draw).
-        dead: set when the slot's buffer was replaced (:meth:`Memos.retire`, which empties
-            it): no entry here may be used any more.
+        dead: set when the slot's buffer was replaced (:meth:`Memos.retire`; the engine
+            empties it after): no entry here may be used any more.
     """
 
     __slots__ = ("dead", "index", "last", "limit", "old", "seen")
