@@ -62,8 +62,8 @@ class Call:
     forward found out.
 
     ``arrays`` holds the non-differentiated array leaves: torch tensors (which also go to
-    :meth:`JaxFunction.apply`, at ``tensor_slots``) and JAX arrays (NumPy ones copied into
-    JAX arrays at the call: :func:`~interop._bridge._exchange.host_argument`).
+    :meth:`JaxFunction.apply`, at ``tensor_slots``), JAX arrays and copies of NumPy ones
+    made at the call (:func:`~interop._bridge._exchange.host_argument`).
     """
 
     plan: _vjp.Plan

@@ -28,6 +28,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import jax
+import numpy as np
 import torch
 
 from .._diagnostics import logger
@@ -195,13 +196,15 @@ def argument_path(treedef: Any, index: int) -> str:
 
 
 def host_argument(leaf: Any, treedef: Any, index: int, copy: bool = True) -> Any:
-    """The NumPy argument ``leaf`` (an array or a scalar, leaf ``index`` of ``treedef``) as
-    a JAX array of its own, copied now (``copy=False``: checked only, passed as it is).
+    """The NumPy argument ``leaf`` (an array or a scalar, leaf ``index`` of ``treedef``)
+    copied now, on the host as it was (JAX converts it at each use, as it converted the
+    argument; ``copy=False``: checked only, passed as it is).
 
     A differentiable call keeps its arguments for the backward and for the ``jvp`` and
     ``vmap`` rules: a NumPy array kept as it is would be read again then, so a write to it
     in between (a loader refilling a reused batch) would change the gradient, not the loss.
-    The copy is what JAX makes of it on the way in anyway.
+    (A JAX array made now would sit on JAX's default device, perhaps a GPU the call's
+    tensors are not on.)
 
     Raises:
         X64DisabledError: (a ``TypeError``) a 64-bit NumPy argument while JAX's x64 mode is
@@ -214,7 +217,7 @@ def host_argument(leaf: Any, treedef: Any, index: int, copy: bool = True) -> Any
         >>> kept = host_argument(m, treedef, 1)
         >>> m[:] = 5.0
         >>> kept
-        Array([1., 1.], dtype=float32)
+        array([1., 1.], dtype=float32)
         >>> host_argument(np.int64(2**40 + 5), treedef, 1)
         Traceback (most recent call last):
         ...
@@ -229,7 +232,7 @@ def host_argument(leaf: Any, treedef: Any, index: int, copy: bool = True) -> Any
             "way in (2**40 + 5 becomes 5, 1e300 becomes inf), as it would a 64-bit tensor, "
             "which is refused too. " + _X64_HINT
         )
-    return jax.numpy.array(leaf) if copy else leaf
+    return np.array(leaf, copy=True) if copy else leaf
 
 
 def results_to_torch(result: Any, inputs: Sequence[Any] | None = None) -> Any:
