@@ -49,8 +49,11 @@ class Caller:
         if not function.is_live():  # the wrapper it called was freed: call ours
             function.adopt(self.fn)
         leaves, treedef = _flatten((args, kwargs))
-        if _make_fx_tracing() or any(isinstance(leaf, _Proxy) for leaf in leaves):
+        if _make_fx_tracing():
             _refuse_fx_trace(self.fn, leaves)
+        for leaf in leaves:  # (a loop: no generator's frame per call)
+            if isinstance(leaf, _Proxy):
+                _refuse_fx_trace(self.fn, leaves)
         return run(function, leaves, treedef)
 
 
@@ -76,12 +79,14 @@ def _refuse_fx_trace(fn: Callable[..., Any], leaves: list[Any]) -> None:
             "functional_ws::jax_call."
         )
     raise FxTraceError(
-        f"jax_call({name}): called while make_fx traces (torch.func.linearize traces its "
-        "jvp_fn with it): the trace would keep the JAX result computed on its example "
-        "values as a constant, and the jvp_fn would ignore its tangent. Use "
+        f"jax_call({name}): called while make_fx traces eagerly (torch.func.linearize "
+        "traces its jvp_fn so; so does torch.export where a torch.func transform wraps the "
+        "call): the trace would keep the JAX result computed on its example values as a "
+        "constant (linearize's jvp_fn would ignore its tangent). For linearize, use "
         "torch.func.jvp (or forward-mode dual tensors) per tangent, or torch.func.jacfwd "
-        "for the whole Jacobian; torch.compile and torch.export hold the call as the "
-        "custom op functional_ws::jax_call."
+        "for the whole Jacobian. torch.compile and torch.export hold a call outside a "
+        "torch.func transform as the custom op functional_ws::jax_call; apply the "
+        "transform outside them."
     )
 
 
