@@ -910,7 +910,9 @@ def jax_call_probe(
         return _empties(_any_candidates_results(entry, tensors, ints, floats), tensors)
     try:
         return _empty_results(key, tensors, ints, floats, fresh=False)[1]
-    except Exception:  # as its fake implementation: traced_call raises it at a graph break
+    except Exception:  # as its fake implementation: the probe computes nothing, and a
+        # failing trace never reaches the op it probes for (traced_call runs the call at
+        # a graph break, where the error is raised as itself)
         return []
 
 

@@ -59,8 +59,9 @@ def _input_path(path: Sequence[Any]) -> str:
 
 
 def _is_key(dtype: Any) -> bool:
-    """Whether ``dtype`` is a typed PRNG key's (``jax.random.key``), which NumPy cannot hold."""
-    return bool(jnp.issubdtype(dtype, jax.dtypes.prng_key))
+    """Whether ``dtype`` is a typed PRNG key's (``jax.random.key``), which NumPy cannot hold
+    (a NumPy dtype never is: asked of every argument at trace time)."""
+    return not isinstance(dtype, np.dtype) and bool(jnp.issubdtype(dtype, jax.dtypes.prng_key))
 
 
 def _dtype_problem(dtype: Any, what: str, name: str) -> Exception | None:
