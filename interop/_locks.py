@@ -32,9 +32,12 @@ from typing import Any, TypeVar
 
 R = TypeVar("R")
 
-#: The threads that paused the collector (:func:`collection_paused`) where it ran: a fork
-#: meanwhile resumes it in the child, where those threads do not exist.
-pausing: set[int] = set()
+#: The threads pausing the collector now (:func:`collection_paused`), once per pause (a
+#: thread may pause inside its own pause), and whether the collector ran when it was paused:
+#: the last to finish resumes it, and a fork meanwhile resumes it in the child, where those
+#: threads do not exist.
+pausing: list[int] = []
+resuming = False
 
 #: Per owner, the names of its lock attributes (weakly: an owner that is gone needs none).
 _OWNERS: weakref.WeakKeyDictionary[object, tuple[str, ...]] = weakref.WeakKeyDictionary()
@@ -49,8 +52,10 @@ def _renew_all() -> None:
     for owner, names in list(_OWNERS.items()):
         for name in names:
             setattr(owner, name, threading.Lock())
-    if pausing:  # a thread of the parent paused the collector: none is left to resume it
-        pausing.clear()
+    global resuming
+    pausing.clear()  # a thread of the parent paused the collector: none is left to resume it
+    if resuming:
+        resuming = False
         gc.enable()
 
 
@@ -63,25 +68,31 @@ def collection_paused(fn: Callable[..., R], *args: Any) -> R:
     before): what a section under a lock that allocates runs in. A collection runs the
     ``__del__`` (and ``weakref.finalize`` callbacks) of whatever garbage it finds, wherever
     Python allocates: the caller's code, which may call back into what holds the lock, and
-    the same thread cannot take it again (it hung for good). A function, not a context
-    manager: the pause starts inside the ``try`` that ends it, and the collector is resumed
-    before anything else, so a Ctrl-C does not leave it off. Process-wide, as the collector
-    is: where two threads pause at once (two managers), the one that found it running
-    resumes it when it is done, while the other may still be in its section; and a
-    ``gc.disable()`` another thread makes meanwhile is undone then.
+    the same thread cannot take it again (it hung for good).
+
+    Process-wide, as the collector is: threads pausing at once (two managers growing) each
+    note themselves in :data:`pausing`, and the last to finish resumes it. A function, not
+    a context manager: the pause starts inside the ``try`` that ends it. A Ctrl-C landing
+    between the steps of the ``finally`` may leave the collector off until the next pause
+    ends (which resumes it); a ``gc.disable()`` another thread makes during a pause is
+    undone when the pause ends.
 
     Example:
         >>> import gc
         >>> collection_paused(gc.isenabled), gc.isenabled()
         (False, True)
     """
-    collecting = gc.isenabled()
+    global resuming
+    me = threading.get_ident()
     try:
-        gc.disable()
-        if collecting:
-            pausing.add(threading.get_ident())
+        if gc.isenabled():
+            resuming = True  # before the pause: a Ctrl-C after it resumes it
+            gc.disable()
+        pausing.append(me)
         return fn(*args)
     finally:
-        if collecting:
-            gc.enable()  # first: a Ctrl-C after a call returns leaves at most a stale id
-            pausing.discard(threading.get_ident())
+        if me in pausing:  # (absent: a Ctrl-C came before it was noted)
+            pausing.remove(me)
+        if resuming and not pausing:
+            resuming = False
+            gc.enable()

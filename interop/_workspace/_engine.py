@@ -71,10 +71,10 @@ import functional_ws as fws
 from functional_ws import Growth, InvalidSpecError, Slot, WorkspaceLockedError, WorkspaceState
 from functional_ws.fast_paths import fit
 
+from .. import _locks
 from .._device import empty_device_cache, refuse_growth_during_capture
 from .._errors import AllocationSuppressedError, ReplanLimitError
 from .._locks import collection_paused, renew_after_fork
-from .._locks import pausing as _pausing
 from .._private import outside_modes
 from ._buffers import SlotBuffers
 from ._carving import Carver
@@ -406,11 +406,12 @@ class Engine:
         # of it, the allocator's own calls included (collection_paused written out: a call
         # fewer, count_growth_calls.py's budget; the pause starts inside the try that ends
         # it).
-        collecting = gc.isenabled()
+        me = threading.get_ident()
         try:
-            gc.disable()
-            if collecting:
-                _pausing.add(threading.get_ident())
+            if gc.isenabled():
+                _locks.resuming = True
+                gc.disable()
+            _locks.pausing.append(me)
             if self.buffers.allocator.releases_first and not (
                 spare and _covers(spare, old, growth)
             ):
@@ -418,9 +419,11 @@ class Engine:
             # Buffers in hand (a callable's, or spares): swapped in under the mutex.
             return self._grow_allocating_first(old, new, growth, index, spare)
         finally:
-            if collecting:
-                gc.enable()  # first (see collection_paused)
-                _pausing.discard(threading.get_ident())
+            if me in _locks.pausing:
+                _locks.pausing.remove(me)
+            if _locks.resuming and not _locks.pausing:
+                _locks.resuming = False
+                gc.enable()
             if self.buffers.allocator.pending:  # logging runs handlers: never under the mutex
                 self.buffers.allocator.report()
 

@@ -407,6 +407,33 @@ def test_no_garbage_collection_runs_under_the_managers_lock(operation):
     assert under_lock and True not in under_lock  # collections ran, none under the lock
 
 
+def test_the_collector_stays_paused_until_the_last_of_two_threads_pausing_is_done():
+    # Two managers growing at once in two threads: the first to finish resumed the
+    # collector while the other was still in its section.
+    first_in, first_go, second_in, second_go = (threading.Event() for _ in range(4))
+    seen = []
+
+    def section(entered, go):
+        entered.set()
+        assert go.wait(10)
+        seen.append(gc.isenabled())
+
+    first = threading.Thread(target=_locks.collection_paused, args=(section, first_in, first_go))
+    second = threading.Thread(target=_locks.collection_paused, args=(section, second_in, second_go))
+    first.start()
+    assert first_in.wait(10)
+    second.start()
+    assert second_in.wait(10)
+    first_go.set()
+    first.join(10)
+    assert not gc.isenabled()  # the second is still in its section
+    second_go.set()
+    second.join(10)
+    assert seen == [False, False] and gc.isenabled() and not _locks.pausing
+    _locks.collection_paused(_locks.collection_paused, gc.collect)  # nested, same thread
+    assert gc.isenabled() and not _locks.pausing
+
+
 def test_the_collector_is_resumed_when_the_paused_section_raises():
     # A section under the lock raising (a Ctrl-C, an allocation that failed) left the
     # collector off for the rest of the process.
