@@ -129,6 +129,18 @@ def test_distinct_failures_come_as_one_assertion_error_with_the_others_in_its_no
     assert steps and all(n.startswith("    state.") for n in steps), steps
 
 
+def test_the_alignment_probe_unlocks_the_locked_managers_a_factory_makes():
+    """A factory may hand over managers locked (the machine unlocks them as it goes): the
+    probe's growths were refused, and a correct manager failed the check."""
+
+    def locked(num_ubatches, num_lanes):
+        ws = interop.WorkspaceManager("cpu", num_ubatches, num_lanes)
+        ws.lock()
+        return ws
+
+    assert misaligned_view(locked, 1, 1, lambda slot: contextlib.nullcontext()) is None
+
+
 def test_original_algorithm_fails_absolute_alignment_on_cpu():
     err = _fails(
         m.OriginalAlgorithmManager,
