@@ -943,16 +943,18 @@ def is_fake_tensor(value: object) -> bool:
     return _FakeTensor is not None and isinstance(value, _FakeTensor)
 
 
-def _fake_mode_probe() -> Callable[[], object] | None:
-    """The call that returns the active ``FakeTensorMode`` (``None`` when none is)."""
+def _keyed_mode(name: str) -> Callable[[], object] | None:
+    """The call that returns the active dispatch mode torch keys as ``name`` (``"FAKE"``,
+    ``"PROXY"``; it returns ``None`` when none is), or ``None`` where torch has no such
+    query: ``torch._C._get_dispatch_mode`` (93 ns per call, measured)."""
     get_mode = getattr(torch._C, "_get_dispatch_mode", None)
-    key = getattr(getattr(torch._C, "_TorchDispatchModeKey", None), "FAKE", None)
+    key = getattr(getattr(torch._C, "_TorchDispatchModeKey", None), name, None)
     if get_mode is None or key is None:  # pragma: no cover - depends on the installed torch
         return None
     return functools.partial(get_mode, key)
 
 
-_FAKE_MODE = _fake_mode_probe()
+_FAKE_MODE = _keyed_mode("FAKE")
 
 
 def fake_mode_active() -> bool:
@@ -1052,12 +1054,11 @@ def saved_tensor_hooks_active() -> bool:
 
 def _proxy_mode_probe() -> Callable[[], object] | None:
     """The call that returns ``make_fx``'s active proxy mode (``None`` when none is): the
-    dispatcher's keyed query (93 ns, measured) where torch has it, else the public
+    dispatcher's keyed query (:func:`_keyed_mode`) where torch has it, else the public
     ``get_proxy_mode`` (427 ns: it is asked on every ``jax_call``)."""
-    get_mode = getattr(torch._C, "_get_dispatch_mode", None)
-    key = getattr(getattr(torch._C, "_TorchDispatchModeKey", None), "PROXY", None)
-    if get_mode is not None and key is not None:
-        return functools.partial(get_mode, key)
+    keyed = _keyed_mode("PROXY")
+    if keyed is not None:
+        return keyed
     try:  # pragma: no cover - depends on the installed torch
         from torch.fx.experimental.proxy_tensor import get_proxy_mode
     except ImportError:  # pragma: no cover - depends on the installed torch
