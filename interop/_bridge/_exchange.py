@@ -16,7 +16,7 @@ tracks versions per tensor, so a shared buffer would be changed twice. Such a te
 copied (:func:`unshared`).
 
 NumPy arguments: the user's, but host values JAX converts on the way in: each is copied
-once, at the forward, into a JAX array the call keeps (:func:`host_argument`), and a
+once, at the forward, on the host, and the call keeps the copy (:func:`host_argument`); a
 64-bit one is refused with x64 off, as a 64-bit tensor is.
 """
 
@@ -176,6 +176,12 @@ def held_elsewhere(array: Any, ours: int) -> bool:
     return sys.getrefcount(array) > ours + 3
 
 
+def input_path(path: Sequence[Any]) -> str:
+    """``args[0]['w']`` or ``kwargs['x']`` for a key path into ``(args, kwargs)``."""
+    head = "args" if path and getattr(path[0], "idx", 0) == 0 else "kwargs"
+    return head + jax.tree_util.keystr(tuple(path[1:]))
+
+
 def argument_path(treedef: Any, index: int) -> str:
     """Where leaf ``index`` of the ``(args, kwargs)`` pytree ``treedef`` sits, as the caller
     wrote it (``args[1]``, ``kwargs['n'][0]``), for an error naming the argument.
@@ -189,8 +195,7 @@ def argument_path(treedef: Any, index: int) -> str:
         paths = jax.tree_util.tree_flatten_with_path(
             jax.tree_util.tree_unflatten(treedef, range(treedef.num_leaves))
         )[0]
-        path = paths[index][0]
-        return ("args", "kwargs")[path[0].idx] + jax.tree_util.keystr(path[1:])
+        return input_path(paths[index][0])
     except Exception:  # (a custom node may refuse ints as leaves): its position instead
         return f"leaf {index} of the arguments"
 

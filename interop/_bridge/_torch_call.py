@@ -33,6 +33,7 @@ from .._errors import (
     X64DisabledError,
 )
 from . import _dlpack, _torch_callback
+from ._exchange import input_path
 from ._handoff import _X64_HINT, JAX_DTYPES, TORCH_DTYPES, WIDE_DTYPES, _x64_enabled
 from ._torch_callback import Signature
 
@@ -50,12 +51,6 @@ def _spec(shape: tuple[int, ...], dtype: Any) -> jax.ShapeDtypeStruct:
 
 def _path(prefix: str, path: Sequence[Any]) -> str:
     return prefix + jax.tree_util.keystr(tuple(path))
-
-
-def _input_path(path: Sequence[Any]) -> str:
-    """``args[0]['w']`` or ``kwargs['x']`` for a key path into ``(args, kwargs)``."""
-    head = "args" if path and getattr(path[0], "idx", 0) == 0 else "kwargs"
-    return _path(head, path[1:])
 
 
 def _is_key(dtype: Any) -> bool:
@@ -159,14 +154,14 @@ class TorchCaller:
     def _path_of(leaf: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
         for path, found in jax.tree_util.tree_flatten_with_path((args, kwargs))[0]:
             if found is leaf:
-                return _input_path(path)
+                return input_path(path)
         return "?"  # pragma: no cover - the leaf came from these arguments
 
     # ----- at trace time -----
 
     def _trace(self, *args: Any, **kwargs: Any) -> Any:
         with_paths, in_tree = jax.tree_util.tree_flatten_with_path((args, kwargs))
-        paths = tuple(_input_path(path) for path, _ in with_paths)
+        paths = tuple(input_path(path) for path, _ in with_paths)
         leaves = [leaf for _, leaf in with_paths]
         for path, leaf in zip(paths, leaves, strict=True):
             problem = _dtype_problem(leaf.dtype, f"argument {path}", self.name)
