@@ -307,7 +307,7 @@ class WorkspaceManager:
             views = self._engine.fit_and_carve(memo.index, nbytes, shapes_and_dtypes)
             if memo.dead:  # this call grew the slot: its memo was replaced
                 memo = self._memos.acquired_at[ubatch][lane]
-            memo.last = ((ubatch, lane), shapes_and_dtypes)  # what the pictures draw
+            memo.last = shapes_and_dtypes  # what the pictures draw (the slot is the memo's)
             if len(views) == 1:  # fresh(), unrolled
                 return [views[0].view(shapes_and_dtypes[0][1])]
             return fresh(views, shapes_and_dtypes)

@@ -234,14 +234,14 @@ def memoise_retained(
 def last_plans(state: WorkspaceState, memos: list[Memo]) -> dict[tuple[int, int], Any]:
     """Per slot that served a request, the plan of its last one (what pictures draw).
 
-    A request served the short way left ``(slot, specs)``: the core plans its layout
+    A request served the short way left its ``specs`` (the slot is the memo's): the core
+    plans its layout
     (:func:`functional_ws.fast_paths.layout_of`)."""
     plans = {}
     for i, memo in enumerate(memos):
         last = memo.last
-        if isinstance(last, tuple):
-            slot, specs = last
-            last = layout_of(state, slot, specs)
+        if isinstance(last, tuple):  # the request itself
+            last = layout_of(state, state.slot_of(i), last)
         if last is not None:
             plans[state.slot_of(i)] = last
     return plans
@@ -253,7 +253,8 @@ class Memo(dict[Hashable, Any]):
     Attributes:
         index: the slot's position in ``WorkspaceState.slots``.
         old: the previous generation.
-        last: the plan of the slot's last request (what pictures draw).
+        last: the plan of the slot's last request (what pictures draw), or the request
+            itself where the miss path planned it from its byte counts.
         dead: set when the slot's buffer was replaced (:meth:`Memos.retire`; the engine
             empties it after): no entry here may be used any more.
     """

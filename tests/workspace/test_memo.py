@@ -174,10 +174,10 @@ def test_memoise_retained_keeps_a_plain_request_seen_before():
 def test_last_plans_plan_a_request_served_the_short_way():
     state = fws.initial_state(num_ubatches=2)
     memos = [Memo(0), Memo(1)]
-    memos[0].last = (SLOT, (((100,), F32),))  # served by the short way: planned now
+    memos[1].last = (((100,), F32),)  # served by the short way: planned now, in its slot
     plans = last_plans(state, memos)
-    assert list(plans) == [SLOT] and plans[SLOT] == fws.fast_paths.layout_of(
-        state, SLOT, (((100,), F32),)
+    assert list(plans) == [(1, 0)] and plans[(1, 0)] == fws.fast_paths.layout_of(
+        state, (1, 0), (((100,), F32),)
     )
 
 
