@@ -5,10 +5,11 @@ the retained span's start and the buffer's end, after an earlier, larger request
 buffer's size. These strategies build requests from what the machine has seen of a slot
 (where its retained span starts, how many bytes its buffer has served):
 
-* :func:`padded_request`: a ``get_simultaneous`` request whose views, each padded to 256
-  bytes, add up to exactly a given total, in one to three views of any dtype;
+* :func:`padded_request`: a ``get_simultaneous`` request whose views, each padded to the
+  alignment (a block: 256 bytes unless the machine is told otherwise), add up to exactly a
+  given total, in one to three views of any dtype;
 * :meth:`Aims.near_start`: totals that end a block before, exactly at, or a block or two
-  past the span's start (the last view reaching anywhere from 1 to 256 bytes into its
+  past the span's start (the last view reaching anywhere from 1 byte to a block into its
   block), never past what the buffer holds;
 * :func:`other_sizes`: retained sizes around the previous one and around the buffer's end,
   including growth by less than the alignment;
@@ -16,8 +17,8 @@ buffer's size. These strategies build requests from what the machine has seen of
   and the strategy of its arguments there.
 
 A slot's offsets are counted from its buffer's first view; a manager that places its base
-some bytes into its buffer (for absolute alignment) places it less than 256 bytes in, so
-rounding an offset down to a multiple of 256 gives it relative to the base.
+some bytes into its buffer (for absolute alignment) places it less than a block in, so
+rounding an offset down to a multiple of the alignment gives it relative to the base.
 """
 
 from __future__ import annotations
@@ -33,8 +34,7 @@ from hypothesis import strategies as st
 
 from functional_ws.testing import WorkspaceModel
 
-from ._config import Spec
-from ._probe import ALIGNMENT
+from ._config import ALIGNMENT, Spec
 from ._tracking import SlotTrack
 
 Slot = tuple[int, int]
@@ -44,29 +44,34 @@ AT_START, BLOCK_BEFORE = "at the start", "a block before"
 ONE_BLOCK_IN, FAR_IN = "one block in", "far in"
 
 
-def round_down(n: int) -> int:
-    """``n`` rounded down to a multiple of the alignment."""
-    return n // ALIGNMENT * ALIGNMENT
+def round_down(n: int, alignment: int = ALIGNMENT) -> int:
+    """``n`` rounded down to a multiple of ``alignment``."""
+    return n // alignment * alignment
 
 
-def round_up(n: int) -> int:
-    """``n`` rounded up to a multiple of the alignment."""
-    return -(-n // ALIGNMENT) * ALIGNMENT
+def round_up(n: int, alignment: int = ALIGNMENT) -> int:
+    """``n`` rounded up to a multiple of ``alignment``."""
+    return -(-n // alignment) * alignment
 
 
-def padded_request(total: int, dtypes: Sequence[torch.dtype]) -> st.SearchStrategy[list[Spec]]:
+def padded_request(
+    total: int, dtypes: Sequence[torch.dtype], alignment: int = ALIGNMENT
+) -> st.SearchStrategy[list[Spec]]:
     """Requests of one to three 1-D views whose padded sizes add up to ``total`` bytes.
 
-    Each view covers its padded size or up to 255 bytes less, so the last byte written may
-    lie anywhere in its last block: every view fills its blocks, or every view ends one byte
+    Each view covers its padded size (a multiple of ``alignment``) or up to ``alignment - 1``
+    bytes less, so the last byte written may lie anywhere in its last block: every view
+    fills its blocks, or every view ends one byte
     into its last block (so the padding, not the bytes, makes the total; half the requests
     are that, in as many views as fit), or each view ends anywhere. An empty view may follow,
     at the very end. Shrinks towards one ``uint8``-like view (the first of ``dtypes``) that
     fills the whole total.
 
     Args:
-        total: a multiple of 256; ``0`` gives the one empty request ``[((0,), dtypes[0])]``.
+        total: a multiple of ``alignment``; ``0`` gives the one empty request
+            ``[((0,), dtypes[0])]``.
         dtypes: the dtypes to draw from (item sizes up to 8 bytes).
+        alignment: the manager's view alignment in bytes.
 
     Returns:
         A strategy of ``get_simultaneous`` argument lists.
@@ -79,20 +84,22 @@ def padded_request(total: int, dtypes: Sequence[torch.dtype]) -> st.SearchStrate
         >>> find(padded_request(768, [torch.uint8]), lambda r: r[0][0][0] > 256)
         [((768,), torch.uint8)]
     """
-    return _padded_request(total, tuple(dtypes))
+    return _padded_request(total, tuple(dtypes), alignment)
 
 
 # Strategies are built per draw from what the machine saw; the same arguments give the same
 # strategy object, so Hypothesis validates each once (building them anew was most of a run's
 # time, measured with cProfile: 6 of 9 s in drawing rules' arguments).
 @functools.lru_cache(maxsize=4096)
-def _padded_request(total: int, dtypes: tuple[torch.dtype, ...]) -> st.SearchStrategy[list[Spec]]:
-    blocks = total // ALIGNMENT
+def _padded_request(
+    total: int, dtypes: tuple[torch.dtype, ...], alignment: int
+) -> st.SearchStrategy[list[Spec]]:
+    blocks = total // alignment
     if blocks == 0:
         return st.just([((0,), dtypes[0])])
     # How many bytes short of its padded size each view ends: none (the views fill their
-    # blocks), 255 (one byte into the last block), or anything, view by view.
-    shorts = st.sampled_from([st.just(0), st.just(ALIGNMENT - 1), st.integers(0, ALIGNMENT - 1)])
+    # blocks), alignment - 1 (one byte into the last block), or anything, view by view.
+    shorts = st.sampled_from([st.just(0), st.just(alignment - 1), st.integers(0, alignment - 1)])
     empty_tail = st.sampled_from([[], [((0,), dtypes[0])]])
 
     def of_views(count: int, short: st.SearchStrategy[int]) -> st.SearchStrategy[list[Spec]]:
@@ -104,52 +111,55 @@ def _padded_request(total: int, dtypes: tuple[torch.dtype, ...]) -> st.SearchStr
         fill = st.tuples(st.sampled_from(list(dtypes)), short)
         fills = st.lists(fill, min_size=count, max_size=count)
         return st.tuples(cuts, fills, empty_tail).map(
-            lambda parts: _views(blocks, sorted(parts[0]), parts[1]) + parts[2]
+            lambda parts: _views(blocks, sorted(parts[0]), parts[1], alignment) + parts[2]
         )
 
     counts = st.integers(1, min(3, blocks))
     # As often as all the rest: as many views as fit, each one byte into its last block, so
     # that the padding makes most of the total (what a reach check on the bytes misses).
-    padded_most = of_views(min(3, blocks), st.just(ALIGNMENT - 1))
+    padded_most = of_views(min(3, blocks), st.just(alignment - 1))
     return st.tuples(counts, shorts).flatmap(lambda c: of_views(*c)) | padded_most
 
 
-def _views(blocks: int, cuts: list[int], fills: list[tuple[torch.dtype, int]]) -> list[Spec]:
+def _views(
+    blocks: int, cuts: list[int], fills: list[tuple[torch.dtype, int]], alignment: int
+) -> list[Spec]:
     bounds = [0, *cuts, blocks]
     out: list[Spec] = []
     for (lo, hi), (dtype, short) in zip(itertools.pairwise(bounds), fills, strict=True):
-        padded = (hi - lo) * ALIGNMENT
+        padded = (hi - lo) * alignment
         elements = (padded - short) // dtype.itemsize
-        if elements * dtype.itemsize <= padded - ALIGNMENT:  # would pad to one block less
+        if elements * dtype.itemsize <= padded - alignment:  # would pad to one block less
             elements += 1
         out.append(((elements,), dtype))
     return out
 
 
 @functools.lru_cache(maxsize=4096)
-def other_sizes(previous: int, served: int) -> st.SearchStrategy[int]:
+def other_sizes(previous: int, served: int, alignment: int = ALIGNMENT) -> st.SearchStrategy[int]:
     """Retained sizes in bytes other than ``previous``, around it and the buffer's end.
 
     Args:
         previous: the size of the slot's retained span.
         served: the most bytes the slot's buffer has served (its size, for a manager that
             grows to exactly what is needed).
+        alignment: the manager's view alignment in bytes (a block).
 
     Returns:
         A strategy of positive sizes: a byte or a block either side of ``previous``, the
-        buffer's size and a byte or a block short of it, one to 255 bytes past it (growth
-        by less than the alignment), or any size up to a block past it.
+        buffer's size and a byte or a block short of it, one to ``alignment - 1`` bytes past
+        it (growth by less than the alignment), or any size up to a block past it.
 
     Example:
         >>> from hypothesis import find
         >>> find(other_sizes(4, 300), lambda n: n > 300)
         301
     """
-    near = {previous - ALIGNMENT, previous - 1, previous + 1, previous + ALIGNMENT}
-    near |= {served - ALIGNMENT, served - 1, served, served + 1, served + ALIGNMENT - 1}
+    near = {previous - alignment, previous - 1, previous + 1, previous + alignment}
+    near |= {served - alignment, served - 1, served, served + 1, served + alignment - 1}
     sizes = sorted(n for n in near if n > 0 and n != previous) or [previous + 1]
     # Every size from 1 to a block past the buffer but ``previous`` (no filter: no retries).
-    anything = st.integers(1, served + ALIGNMENT - 1).map(lambda n: n + (n >= previous))
+    anything = st.integers(1, served + alignment - 1).map(lambda n: n + (n >= previous))
     return _choose(sizes) | anything
 
 
@@ -163,7 +173,8 @@ class Aims:
         model: the byte model (it holds each slot's retained record).
         dtypes: the dtypes of scratch views.
         retained_keys: the keys retained spans are asked for with.
-        smallest: the smallest padded request to make (``ALIGNMENT`` without empty ones).
+        smallest: the smallest padded request to make (``alignment`` without empty ones).
+        alignment: the manager's view alignment in bytes (a block).
         made: the latest distinct ``get_simultaneous`` requests, oldest first.
     """
 
@@ -173,6 +184,7 @@ class Aims:
     dtypes: Sequence[torch.dtype]
     retained_keys: Sequence[Hashable]
     smallest: int
+    alignment: int = ALIGNMENT
     made: list[list[Spec]] = dataclasses.field(default_factory=list)
 
     #: How many distinct recent requests :meth:`repeat` draws from.
@@ -211,23 +223,25 @@ class Aims:
         """Padded totals that end near the slot's span start without growing the buffer.
 
         ``where`` is :data:`AT_START` (exactly at the start) or :data:`BLOCK_BEFORE` (a block
-        before it), at least the smallest request; :data:`ONE_BLOCK_IN` (1 to 256 bytes past
-        it) or :data:`FAR_IN` (257 to 512 bytes past it, or the whole buffer): never past what
-        the buffer served, so that the request does not replace the buffer.
+        before it), at least the smallest request; :data:`ONE_BLOCK_IN` (1 byte to a block
+        past it) or :data:`FAR_IN` (a block and a byte to two blocks past it, or the whole
+        buffer): never past what the buffer served, so that the request does not replace the
+        buffer.
         """
         served = self.tracks[self.model.index(slot)].served
-        start, end = self.span_start(slot), round_down(served)
+        block = self.alignment
+        start, end = self.span_start(slot), round_down(served, block)
         if start < 0:  # the span is larger than what this buffer served (another slot's
             return []  # growth replaced it): nothing to aim at
         ends: tuple[int, ...]
         if where == AT_START:
             ends, low = (start,), self.smallest - 1
         elif where == BLOCK_BEFORE:
-            ends, low = (start - ALIGNMENT,), self.smallest - 1
+            ends, low = (start - block,), self.smallest - 1
         elif where == ONE_BLOCK_IN:
-            ends, low = (start + ALIGNMENT,), start
+            ends, low = (start + block,), start
         else:
-            ends, low = (start + 2 * ALIGNMENT, end), start + ALIGNMENT
+            ends, low = (start + 2 * block, end), start + block
         return sorted({t for t in ends if low < t <= end})
 
     def span_start(self, slot: Slot) -> int:
@@ -240,7 +254,7 @@ class Aims:
         """
         track = self.tracks[self.model.index(slot)]
         _, spec = self.last(slot)
-        return round_down(track.served - _nbytes(spec))
+        return round_down(track.served - _nbytes(spec), self.alignment)
 
     def near_start(self, where: str) -> st.SearchStrategy[tuple[Slot, list[Spec]]]:
         """``(slot, request)``: a request that ends near a retained span's start
@@ -248,7 +262,9 @@ class Aims:
 
         def at(slot: Slot) -> st.SearchStrategy[tuple[Slot, list[Spec]]]:
             totals = _choose(self.totals_near_start(slot, where))
-            requests = totals.flatmap(lambda total: padded_request(total, self.dtypes))
+            requests = totals.flatmap(
+                lambda total: padded_request(total, self.dtypes, self.alignment)
+            )
             return st.tuples(st.just(slot), requests)
 
         return _choose(self.near_start_slots(where)).flatmap(at)
@@ -273,7 +289,7 @@ class Aims:
         def at(slot: Slot) -> st.SearchStrategy[tuple[Slot, Hashable, Spec]]:
             key, spec = self.last(slot)
             track = self.tracks[self.model.index(slot)]
-            sizes = other_sizes(_nbytes(spec), track.served)
+            sizes = other_sizes(_nbytes(spec), track.served, self.alignment)
             return st.tuples(st.just(slot), st.just(key), _bytes(sizes))
 
         return _choose(self.asked()).flatmap(at)
@@ -290,11 +306,11 @@ class Aims:
 
     def just_past_the_end(self) -> st.SearchStrategy[tuple[Slot, list[Spec]]]:
         """``(slot, request)``: the smallest padded request the slot's buffer cannot serve
-        (growth by less than 256 bytes where a retained span's size set the buffer's)."""
+        (growth by less than a block where a retained span's size set the buffer's)."""
 
         def at(slot: Slot) -> st.SearchStrategy[tuple[Slot, list[Spec]]]:
-            total = round_up(self.tracks[self.model.index(slot)].served + 1)
-            return st.tuples(st.just(slot), padded_request(total, self.dtypes))
+            total = round_up(self.tracks[self.model.index(slot)].served + 1, self.alignment)
+            return st.tuples(st.just(slot), padded_request(total, self.dtypes, self.alignment))
 
         return _choose(self.grown()).flatmap(at)
 
@@ -304,20 +320,21 @@ class Aims:
         again, and, locked, refuses it)."""
 
         def at(slot: Slot) -> st.SearchStrategy[tuple[Slot, list[Spec]]]:
-            total = round_up(self.tracks[self.model.index(slot)].served)
-            return st.tuples(st.just(slot), padded_request(total, self.dtypes))
+            total = round_up(self.tracks[self.model.index(slot)].served, self.alignment)
+            return st.tuples(st.just(slot), padded_request(total, self.dtypes, self.alignment))
 
         return _choose(self.grown()).flatmap(at)
 
     def retained_past_the_end(self) -> st.SearchStrategy[tuple[Slot, Hashable, Spec]]:
-        """``(slot, key, spec)``: a span 1 to 255 bytes larger than what the slot's buffer
+        """``(slot, key, spec)``: a span 1 byte to a block less a byte larger than what the
+        slot's buffer
         served, under the slot's last key: the buffer grows by less than the alignment, so a
         span at the end may start where it did, over new bytes (and, locked, it is refused)."""
 
         def at(slot: Slot) -> st.SearchStrategy[tuple[Slot, Hashable, Spec]]:
             track = self.tracks[self.model.index(slot)]
             key = track.last_retained[0] if track.last_retained else self.retained_keys[0]
-            low, high = track.served + 1, track.served + ALIGNMENT - 1
+            low, high = track.served + 1, track.served + self.alignment - 1
             sizes = st.sampled_from([low, high]) | st.integers(low, high)
             return st.tuples(st.just(slot), st.just(key), _bytes(sizes))
 
@@ -379,15 +396,17 @@ class Aims:
     def roomy(self) -> list[Slot]:
         """The grown slots whose buffer served more than a block: room for a span behind
         requests."""
-        return [s for s in self.grown() if self.tracks[self.model.index(s)].served > ALIGNMENT]
+        block = self.alignment
+        return [s for s in self.grown() if self.tracks[self.model.index(s)].served > block]
 
     def with_room(self) -> st.SearchStrategy[tuple[Slot, Hashable, Spec]]:
         """``(slot, key, spec)``: a span at least a block smaller than what the slot's buffer
         served, so that requests can end before, at and past its start without growth."""
 
         def at(slot: Slot) -> st.SearchStrategy[tuple[Slot, Hashable, Spec]]:
-            largest = self.tracks[self.model.index(slot)].served - ALIGNMENT
-            edges = sorted({n for n in (1, ALIGNMENT - 1, ALIGNMENT, ALIGNMENT + 1, largest)
+            block = self.alignment
+            largest = self.tracks[self.model.index(slot)].served - block
+            edges = sorted({n for n in (1, block - 1, block, block + 1, largest)
                             if 1 <= n <= largest})  # fmt: skip
             sizes = _choose(edges) | st.integers(1, largest)
             keys = st.sampled_from(list(self.retained_keys))

@@ -19,7 +19,7 @@ from hypothesis.errors import Flaky
 from hypothesis.stateful import run_state_machine_as_test
 from hypothesis.statistics import collector, describe_statistics
 
-from ._config import MachineConfig, ManagerFactory, SlotSelector
+from ._config import ALIGNMENT, MachineConfig, ManagerFactory, SlotSelector
 from ._machine import WorkspaceAPIMachine
 from ._properties import select_properties
 
@@ -38,6 +38,7 @@ def make_machine(
     use_ubatch: SlotSelector | None = None,
     properties: Iterable[str] | None = None,
     empty_requests: bool = True,
+    alignment: int = ALIGNMENT,
 ) -> type[WorkspaceAPIMachine]:
     """A :class:`WorkspaceAPIMachine` subclass whose constructor takes no arguments.
 
@@ -54,7 +55,8 @@ def make_machine(
         ValueError: an unknown property name (the message lists the valid ones), a count
             below one, or more than one ubatch (lane) without ``use_ubatch`` (``use_lane``).
         TypeError: ``factory`` or a selector is not callable, a count is not an int,
-            ``properties`` not names, ``empty_requests`` not a bool.
+            ``properties`` not names, ``empty_requests`` not a bool, ``alignment`` not an
+            int (a ``ValueError`` where it is not a positive power of two).
 
     Example:
         >>> import interop
@@ -62,7 +64,14 @@ def make_machine(
         >>> TestFacade = Machine.TestCase  # collect this in a test module
     """
     config = _config(
-        factory, num_ubatches, num_lanes, use_lane, use_ubatch, properties, empty_requests
+        factory,
+        num_ubatches,
+        num_lanes,
+        use_lane,
+        use_ubatch,
+        properties,
+        empty_requests,
+        alignment,
     )
 
     class ConfiguredMachine(WorkspaceAPIMachine):
@@ -81,6 +90,7 @@ def check_workspace(
     use_ubatch: SlotSelector | None = None,
     properties: Iterable[str] | None = None,
     empty_requests: bool = True,
+    alignment: int = ALIGNMENT,
     settings: hypothesis.settings | None = None,
     statistics: Callable[[str], object] | None = None,
 ) -> None:
@@ -111,6 +121,10 @@ def check_workspace(
         empty_requests: ``False`` makes no ``get_simultaneous`` request of zero bytes in
             all. vLLM's original raises ``TypeError`` on one to a slot that never grew; the
             default finds that, and ``False`` looks past it for other bugs.
+        alignment: the byte alignment the manager promises every view, a power of two:
+            vLLM's 256 by default; for a manager made with another (such as
+            ``interop.WorkspaceManager(..., alignment=512)``), say so, or a correct
+            manager fails ``intact`` and ``locked`` (their requests are padded to it).
         settings: Hypothesis settings, used as given; ``None`` uses the loaded profile
             without Hypothesis's explain phase (it only names the kit's own lines, and made
             reporting a planted bug about three times slower) and with
@@ -136,7 +150,8 @@ def check_workspace(
             failure (one that did not replay) is raised as Hypothesis raises it.
         ValueError: an unknown property name, a bad count, or a missing selector.
         TypeError: ``factory`` or a selector is not callable, a count is not an int,
-            ``properties`` not names, ``empty_requests`` not a bool, ``settings`` not a
+            ``properties`` not names, ``empty_requests`` not a bool, ``alignment`` not an
+            int (a ``ValueError`` where it is not a positive power of two), ``settings`` not a
             ``hypothesis.settings``.
 
     Example:
@@ -150,7 +165,14 @@ def check_workspace(
         ... )
     """
     config = _config(
-        factory, num_ubatches, num_lanes, use_lane, use_ubatch, properties, empty_requests
+        factory,
+        num_ubatches,
+        num_lanes,
+        use_lane,
+        use_ubatch,
+        properties,
+        empty_requests,
+        alignment,
     )
     if settings is not None and not isinstance(settings, hypothesis.settings):
         raise TypeError(
@@ -232,6 +254,7 @@ def _config(
     use_ubatch: SlotSelector | None,
     properties: Iterable[str] | None,
     empty_requests: bool,
+    alignment: int,
 ) -> MachineConfig:
     chosen = select_properties(properties)
     return MachineConfig(
@@ -242,6 +265,7 @@ def _config(
         use_ubatch,
         chosen,
         empty_requests=empty_requests,
+        alignment=alignment,
     )
 
 

@@ -17,6 +17,9 @@ from ._properties import select_properties
 
 T = TypeVar("T")
 Spec = tuple[tuple[int, ...], torch.dtype]
+#: The alignment the original promises (vLLM's ``WorkspaceManager``: 256 bytes); the kit's
+#: default (``check_workspace(alignment=...)`` for a manager that promises another).
+ALIGNMENT = 256
 SlotSelector = Callable[[int], AbstractContextManager[Any]]
 
 
@@ -69,16 +72,20 @@ class MachineConfig:
             that the manager carries them out: the same state after every call, every view
             at the offset the core planned from one base per buffer, the same ``intact``,
             and the core's own error class for every refusal.
+        alignment: the byte alignment the manager promises every view (vLLM's: 256), a
+            power of two: what the alignment families check, and the block the requests
+            aimed at a retained span are padded to (``intact`` and ``locked`` count in it).
         empty_requests: whether ``get_simultaneous`` is asked for zero bytes in all (the
             original crashes on one to a slot that never grew: a real bug, found by
             default; ``False`` makes no such request, to look past it).
 
     Raises:
         TypeError: ``factory``, ``core_state``, ``use_lane`` or ``use_ubatch`` is not
-            callable, a count is not an int, ``empty_requests`` not a bool, or
-            ``properties`` not an iterable of strings.
-        ValueError: an unknown property, a count below one, or more than one ubatch (lane)
-            without ``use_ubatch`` (``use_lane``).
+            callable, a count or ``alignment`` is not an int, ``empty_requests`` not a bool,
+            or ``properties`` not an iterable of strings.
+        ValueError: an unknown property, a count below one, an ``alignment`` that is not a
+            positive power of two, or more than one ubatch (lane) without ``use_ubatch``
+            (``use_lane``).
 
     Example:
         >>> import interop
@@ -97,6 +104,7 @@ class MachineConfig:
     properties: frozenset[str] = dataclasses.field(default_factory=lambda: select_properties(None))
     core_state: StateReader | None = None
     empty_requests: bool = True
+    alignment: int = ALIGNMENT
 
     def __post_init__(self) -> None:
         if not callable(self.factory):
@@ -118,6 +126,14 @@ class MachineConfig:
                 f"core_state must be callable as core_state(manager), returning its "
                 f"functional_ws.WorkspaceState (e.g. lambda ws: ws.state), got "
                 f"{self.core_state!r}."
+            )
+        if not is_int(self.alignment):
+            raise TypeError(f"alignment must be an int, got {self.alignment!r}.")
+        check_int(self.alignment, "alignment", minimum=1, maximum=2**30)
+        if self.alignment & (self.alignment - 1):
+            raise ValueError(
+                f"alignment must be a positive power of two (the byte alignment the manager "
+                f"promises every view; vLLM's is 256), got {self.alignment!r}."
             )
         # Frozen: store the validated selection the way dataclasses themselves set fields.
         object.__setattr__(self, "properties", select_properties(self.properties))

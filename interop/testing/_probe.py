@@ -17,10 +17,9 @@ from typing import Any
 
 import torch
 
-from ._config import ManagerFactory, Spec, format_spec
+from ._config import ALIGNMENT, ManagerFactory, Spec, format_spec
 from ._memory import nbytes_of
 
-ALIGNMENT = 256
 #: Fresh managers (one buffer each) per probe.
 PROBE_BUFFERS = 16
 
@@ -44,8 +43,10 @@ def misaligned_view(
     num_lanes: int,
     select: Callable[[tuple[int, int]], AbstractContextManager[Any]],
     log: Callable[[str], object] | None = None,
+    alignment: int = ALIGNMENT,
 ) -> str | None:
-    """Grow fresh managers once each; describe the first view not 256-aligned, or ``None``.
+    """Grow fresh managers once each; describe the first view not ``alignment``-aligned, or
+    ``None``.
 
     Args:
         factory: makes a fresh manager from ``(num_ubatches, num_lanes)``.
@@ -53,10 +54,11 @@ def misaligned_view(
         num_lanes: passed to ``factory``.
         select: enters a slot; the probe works in slot ``(0, 0)``.
         log: called with one line per call made (the machine passes Hypothesis's ``note``).
+        alignment: the byte alignment the manager promises its views.
 
     Returns:
-        ``None`` when every view's ``data_ptr()`` is a multiple of 256, else a sentence naming
-        the call, the view and its address modulo 256.
+        ``None`` when every view's ``data_ptr()`` is a multiple of ``alignment``, else a
+        sentence naming the call, the view and its address modulo ``alignment``.
     """
     managers = []  # kept alive to the end: no buffer's address can be reused by the next
     for number, (method, specs) in enumerate(_requests()):
@@ -72,16 +74,16 @@ def misaligned_view(
             else:
                 views = manager.get_simultaneous(*specs)
                 call = f"get_simultaneous({', '.join(format_spec(s) for s in specs)})"
-        residues = [view.data_ptr() % ALIGNMENT for view in views if nbytes_of(view)]
+        residues = [view.data_ptr() % alignment for view in views if nbytes_of(view)]
         if log is not None:
-            log(f"  fresh manager {number + 1}: {call} -> data_ptr() % 256 == {residues}")
+            log(f"  fresh manager {number + 1}: {call} -> data_ptr() % {alignment} == {residues}")
         for i, view in enumerate(views):
-            residue = view.data_ptr() % ALIGNMENT
+            residue = view.data_ptr() % alignment
             if nbytes_of(view) and residue:
                 return (
                     f"absolute alignment: {call} on fresh manager {number + 1} of "
-                    f"{PROBE_BUFFERS} returned view {i} at data_ptr() % 256 == {residue}; "
-                    "every view must start at a multiple of 256 in memory, not only relative "
-                    "to its buffer"
+                    f"{PROBE_BUFFERS} returned view {i} at data_ptr() % {alignment} == "
+                    f"{residue}; every view must start at a multiple of {alignment} in memory, "
+                    "not only relative to its buffer"
                 )
     return None

@@ -33,7 +33,7 @@ from ._machine_base import (
     failed,
 )
 from ._memory import first_difference, nbytes_of, read, view_bytes, write
-from ._probe import ALIGNMENT, misaligned_view
+from ._probe import misaligned_view
 
 
 class ScratchAndRetainedRules(MachineBase):
@@ -76,7 +76,7 @@ class ScratchAndRetainedRules(MachineBase):
     @precondition(lambda self: _intact(self) and bool(self.aims.near_start_slots(ONE_BLOCK_IN)))
     @rule(aim=_aimed(lambda aims: aims.near_start(ONE_BLOCK_IN)))
     def request_one_block_into_retained_span(self, aim: tuple[Slot, list[Spec]]) -> None:
-        """A request ending 1 to 256 bytes past a retained span's start, without growing the
+        """A request ending 1 byte to a block past a retained span's start, without growing the
         buffer, then the span again: it reached in, however little, so it is not intact."""
         self._scratch_then_retain(*aim)
 
@@ -146,7 +146,7 @@ class ScratchAndRetainedRules(MachineBase):
     @rule(aim=_aimed(lambda aims: aims.just_past_the_end()))
     def grow_by_less_than_alignment(self, aim: tuple[Slot, list[Spec]]) -> None:
         """A request one padded block past what a slot's buffer served: the smallest growth,
-        by less than 256 bytes where a retained span's size set the buffer's."""
+        by less than a block (the alignment) where a retained span's size set the buffer's."""
         self._scratch(*aim)
 
     @precondition(lambda self: bool(self.aims.grown()))
@@ -184,8 +184,9 @@ class ScratchAndRetainedRules(MachineBase):
         record = self.model.slots[index].retained
         if record is not None:  # the span survived the call's growth, if any
             track.since = max(track.since, total)
-            self.stats.reaches += total > round_down(record.start)
-            self.stats.at_start += total == round_down(record.start)
+            start = round_down(record.start, self.cfg.alignment)
+            self.stats.reaches += total > start
+            self.stats.at_start += total == start
         for i, view in enumerate(views):
             n = nbytes_of(view)
             if not n:
@@ -305,8 +306,8 @@ class ScratchAndRetainedRules(MachineBase):
 
         When the slot's last ``get_retained`` used the same key, shape and dtype, the slot
         kept its buffer, and no request since ended past the span's start (rounded down to
-        256): neither where the manager put the span, nor where the original puts it (the
-        last ``nbytes`` of the ``served`` bytes the buffer has served, rounded down to 256).
+        the alignment): neither where the manager put the span, nor where the original puts
+        it (the last ``nbytes`` of the ``served`` bytes the buffer has served, rounded down).
         """
         if not self._same_as_last(index, key, spec):
             return False
@@ -318,11 +319,12 @@ class ScratchAndRetainedRules(MachineBase):
         its requests start, once a request showed that)."""
         record, track = self.model.slots[index].retained, self.tracks[index]
         assert record is not None and track.buffer is not None
-        at_the_end = round_down(track.served - len(record.pattern))
+        block = self.cfg.alignment
+        at_the_end = round_down(track.served - len(record.pattern), block)
         origin = track.buffer.origin
         if origin is None:
             return at_the_end
-        return max(at_the_end, round_down(track.buffer.address + record.start - origin))
+        return max(at_the_end, round_down(track.buffer.address + record.start - origin, block))
 
     def _check_kept(self, index: int, call: str, key: Hashable, start: int, intact: bool) -> None:
         """A ``get_retained`` that must be intact (:meth:`_must_be_intact`) says so."""
@@ -371,20 +373,21 @@ class ScratchAndRetainedRules(MachineBase):
     @rule()
     def check_absolute_alignment(self) -> None:
         note("check absolute alignment: the views since the last check, then fresh managers")
+        cfg = self.cfg
+        block = cfg.alignment
         problem = next(
             (
-                f"absolute alignment: {desc} returned data_ptr() % 256 == {address % ALIGNMENT}"
+                f"absolute alignment: {desc} returned data_ptr() % {block} == {address % block}"
                 for desc, address in self.addresses
-                if address % ALIGNMENT
+                if address % block
             ),
             None,
         )
         self.addresses.clear()
         if problem is None:
-            cfg = self.cfg
             try:
                 problem = misaligned_view(
-                    cfg.factory, cfg.num_ubatches, cfg.num_lanes, cfg.select, log=note
+                    cfg.factory, cfg.num_ubatches, cfg.num_lanes, cfg.select, note, block
                 )
             except Exception as err:
                 failed("the absolute-alignment check's fresh managers", err)

@@ -141,6 +141,46 @@ def test_the_alignment_probe_unlocks_the_locked_managers_a_factory_makes():
     assert misaligned_view(locked, 1, 1, lambda slot: contextlib.nullcontext()) is None
 
 
+def _facade_512(num_ubatches, num_lanes):
+    return interop.WorkspaceManager("cpu", num_ubatches, num_lanes, alignment=512)
+
+
+def test_a_manager_of_another_alignment_passes_every_property_when_the_kit_is_told():
+    """Checked at 256, a correct manager aligning to 512 failed ``intact`` and ``locked``
+    (the aimed requests were padded to 256): told its alignment, the kit pads to it."""
+    check_workspace(
+        _facade_512,
+        num_ubatches=2,
+        use_ubatch=interop.use_workspace_ubatch,
+        alignment=512,
+        settings=settings(ONE_BUG, max_examples=40),
+    )
+
+
+def test_a_functional_ws_manager_of_another_alignment_is_refused_untold():
+    """The manager's state says 512: the kit left at 256 says what to pass, not a false
+    failure of ``intact``."""
+    with pytest.raises(ValueError, match=r"aligns views to 512 bytes .* told alignment=256"):
+        check_workspace(_facade_512, properties=["intact"], settings=QUICK)
+
+
+def test_the_alignment_checks_use_the_alignment_the_kit_is_told():
+    """A manager aligning to 256 fails a kit told 512: relative alignment by the views'
+    distance, absolute alignment by their addresses."""
+    _fails(
+        m.OriginalAlgorithmManager,
+        r"not a multiple of 512 \(relative alignment\)",
+        properties=["relative_alignment"],
+        alignment=512,
+        **ORIGINAL_SLOTS,
+    )
+    select = lambda slot: contextlib.nullcontext()  # noqa: E731
+    facade = lambda u, lanes: interop.WorkspaceManager("cpu", u, lanes)  # noqa: E731
+    found = [misaligned_view(facade, 1, 1, select, alignment=512) for _ in range(4)]
+    assert any(p and "data_ptr() % 512 == 256" in p for p in found), found
+    assert all(misaligned_view(_facade_512, 1, 1, select, alignment=512) is None for _ in found)
+
+
 def test_original_algorithm_fails_absolute_alignment_on_cpu():
     err = _fails(
         m.OriginalAlgorithmManager,
@@ -265,11 +305,16 @@ def test_a_managers_own_exception_is_one_failure_naming_the_call():
         ({"empty_requests": 0}, TypeError, "empty_requests must be True or False, got 0"),
         ({"settings": {"max_examples": 5}}, TypeError,
          "settings must be None or a hypothesis.settings, got .'max_examples': 5."),
+        ({"alignment": 300}, ValueError, "alignment must be a positive power of two .*got 300"),
+        ({"alignment": 0}, ValueError, "alignment must be at least one, got 0"),
+        ({"alignment": True}, TypeError, "alignment must be an int, got True"),
+        ({"alignment": "512"}, TypeError, "alignment must be an int, got '512'"),
     ],
     ids=["unknown-property", "lanes-without-selector", "ubatches-without-selector",
          "zero-lanes", "bool-ubatches", "float-lanes", "factory-not-callable",
          "selector-not-callable", "properties-not-iterable", "property-not-a-name",
-         "empty-requests-not-bool", "settings-not-settings"],
+         "empty-requests-not-bool", "settings-not-settings", "alignment-not-a-power-of-two",
+         "alignment-zero", "alignment-bool", "alignment-str"],
 )  # fmt: skip
 def test_bad_arguments_are_refused_by_name(kwargs, error, match):
     kwargs = {"factory": m.OriginalAlgorithmManager, **kwargs}
