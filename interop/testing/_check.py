@@ -148,7 +148,10 @@ def check_workspace(
             ``report_multiple_bugs`` on in ``settings``), the simplest is raised and the
             others, each shrunk, are summarised in its notes. A ``hypothesis.errors.Flaky``
             failure (one that did not replay) is raised as Hypothesis raises it.
-        ValueError: an unknown property name, a bad count, or a missing selector.
+        ValueError: an unknown property name, a bad count, a missing selector, an
+            ``alignment`` that is not a power of two or not the one an
+            ``interop.WorkspaceManager``'s state says, or a manager whose views are on the
+            meta device (the kit checks real bytes and addresses).
         TypeError: ``factory`` or a selector is not callable, a count is not an int,
             ``properties`` not names, ``empty_requests`` not a bool, ``alignment`` not an
             int (a ``ValueError`` where it is not a positive power of two), ``settings`` not a

@@ -27,7 +27,7 @@ from functional_ws.testing._events import forget_rule_retries
 
 from ._aims import Aims
 from ._config import MachineConfig, Spec
-from ._memory import Buffer, first_difference, nbytes_of, read, view_bytes
+from ._memory import Buffer, check_real, first_difference, nbytes_of, read, view_bytes
 from ._mirror import CoreMirror, Plan
 from ._stats import Exercised
 from ._tracking import Range, SlotTrack, overlap
@@ -318,6 +318,7 @@ class MachineBase(RuleBasedStateMachine):
         spans = [(i, v) for i, v in enumerate(views) if nbytes_of(v)]
         if not spans:
             return track.buffer if track.buffer is not None and track.buffer.alive() else None
+        check_real(spans[0][1])
         storage = spans[0][1].untyped_storage()
         if "containment" in self.properties:
             for i, view in spans:

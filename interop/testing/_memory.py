@@ -32,8 +32,30 @@ def view_bytes(view: torch.Tensor) -> torch.Tensor:
     return window(storage, view.data_ptr() - storage.data_ptr(), nbytes_of(view))
 
 
+def check_real(view: torch.Tensor) -> None:
+    """Refuse a view with no bytes behind it: every meta tensor lies at address 0, so the
+    kit's checks of bytes and addresses would fail (overlap) or pass (alignment) for
+    nothing.
+
+    Raises:
+        ValueError: ``view`` is on the meta device.
+    """
+    if view.is_meta:
+        raise ValueError(
+            "interop.testing checks a manager's real bytes and addresses (retained spans, "
+            "persistent tensors, overlap, alignment), but the factory's manager hands out "
+            "views on the meta device, which has neither: check a manager made on 'cpu' or "
+            "an accelerator (its plans are the same)."
+        )
+
+
 def read(data: torch.Tensor) -> bytes:
-    """The bytes of a ``uint8`` tensor (copied to the host)."""
+    """The bytes of a ``uint8`` tensor (copied to the host).
+
+    Raises:
+        ValueError: ``data`` is on the meta device (:func:`check_real`).
+    """
+    check_real(data)
     return bytes(data.cpu().numpy().tobytes())
 
 

@@ -181,6 +181,18 @@ def test_the_alignment_checks_use_the_alignment_the_kit_is_told():
     assert all(misaligned_view(_facade_512, 1, 1, select, alignment=512) is None for _ in found)
 
 
+@pytest.mark.parametrize("properties", [None, ["disjoint"], ["persistent"], ["shapes"]])
+def test_a_manager_on_the_meta_device_is_refused_not_checked(properties):
+    """Meta views have no bytes and all lie at address 0: reading crashed in torch, and
+    ``disjoint`` would call any two views overlapping."""
+    with pytest.raises(ValueError, match="views on the meta device, which has neither"):
+        check_workspace(
+            lambda u, lanes: interop.WorkspaceManager("meta", u, lanes),
+            properties=properties,
+            settings=QUICK,
+        )
+
+
 def test_original_algorithm_fails_absolute_alignment_on_cpu():
     err = _fails(
         m.OriginalAlgorithmManager,
