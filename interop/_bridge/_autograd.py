@@ -33,6 +33,7 @@ from .. import _private
 from .._errors import ZeroCopyError
 from . import _dlpack, _vjp
 from ._exchange import (
+    as_input,
     cotangent_to_jax,
     held_elsewhere,
     host_argument,
@@ -112,15 +113,6 @@ def _jax_arrays(call: Call, tensors: Sequence[torch.Tensor]) -> list[Any]:
     ]
 
 
-def _as_input(out: torch.Tensor, tensor: torch.Tensor) -> torch.Tensor:
-    """A view of ``tensor``, the input an eager function returned as is (``out`` is over its
-    bytes): torch then tracks it as a view of that input, version counter included. A view,
-    not the input itself: torch refuses to save an input returned as is for the backward
-    (``setup_context`` saves the inputs)."""
-    same = tensor.shape == out.shape and tensor.stride() == out.stride()
-    return tensor.view_as(tensor) if same and tensor.dtype == out.dtype else out.clone()
-
-
 def _results(
     outs: Sequence[Any],
     tensors: Sequence[torch.Tensor],
@@ -133,7 +125,7 @@ def _results(
     their own."""
     results = [to_torch(out) for out in outs]
     for i, index in aliases.items():
-        results[i] = _as_input(results[i], tensors[index])
+        results[i] = as_input(results[i], tensors[index])
     seen = {t.data_ptr() for t in tensors if t.numel()}
     for i, result in enumerate(results):
         if i not in aliases and result.numel():
@@ -436,7 +428,9 @@ def run(function: Function, leaves: list[Any], treedef: Any, lineage: tuple[Any,
         raise NotImplementedError(LEGACY_VMAP_ADVICE) from err
     jax_args, jax_kwargs = jax.tree_util.tree_unflatten(treedef, arguments)
     eager = _vjp.runs_eagerly(function.jitted)  # may return an array it keeps
-    return results_to_torch(function(*jax_args, **jax_kwargs), arguments if eager else None)
+    if not eager:
+        return results_to_torch(function(*jax_args, **jax_kwargs))
+    return results_to_torch(function(*jax_args, **jax_kwargs), arguments, leaves)
 
 
 #: Why a tensor batched by torch's legacy vmap cannot go through a jax_call.

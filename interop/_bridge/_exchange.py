@@ -23,6 +23,7 @@ once, at the forward, on the host, and the call keeps the copy (:func:`host_argu
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import sys
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -240,26 +241,46 @@ def host_argument(leaf: Any, treedef: Any, index: int, copy: bool = True) -> Any
     return np.array(leaf, copy=True) if copy else leaf
 
 
-def results_to_torch(result: Any, inputs: Sequence[Any] | None = None) -> Any:
+def as_input(out: torch.Tensor, tensor: torch.Tensor) -> torch.Tensor:
+    """A view of ``tensor``, the input an eager function returned as is (``out`` is over its
+    bytes): torch then tracks it as a view of that input, version counter included (a write
+    to either is seen by any backward that saved the other). A view, not the input itself:
+    torch refuses to save an input returned as is for the backward (``setup_context`` saves
+    the inputs)."""
+    same = tensor.shape == out.shape and tensor.stride() == out.stride()
+    return tensor.view_as(tensor) if same and tensor.dtype == out.dtype else out.clone()
+
+
+def results_to_torch(
+    result: Any, inputs: Sequence[Any] | None = None, originals: Sequence[Any] = ()
+) -> Any:
     """The arrays in a function's result as tensors (:func:`~interop.to_torch`; NumPy
     results converted as :func:`host_result` says), one tensor per array: an array that
     appears twice comes back as two tensors with buffers of their own.
 
     ``inputs``: the arguments of an eager call (an unjitted function, or ``jax.disable_jit``)
-    whose result is read here: an array of its result that something else holds (a
-    constant it closes over: :func:`held_elsewhere`) gets a buffer of its own, except an
-    input returned as is (documented: it aliases the input)."""
+    whose result is read here, and ``originals`` the leaves they were handed over from (torch
+    tensors among them). An input returned as is comes back as a view of its tensor
+    (:func:`as_input`: documented, it aliases the input, and torch tracks it as it tracks
+    ``x.view_as(x)``); any other array over an input tensor's bytes, and one something else
+    holds (a constant the function closes over: :func:`held_elsewhere`), gets a buffer of
+    its own."""
     leaves, treedef = jax.tree_util.tree_flatten(result)
-    own = None if inputs is None else {id(array) for array in inputs}
+    own: dict[int, Any] = {}
+    if inputs is not None:
+        own = {id(array): t for array, t in itertools.zip_longest(inputs, originals)}
+    seen = {t.data_ptr() for t in originals if isinstance(t, torch.Tensor) and t.numel()}
     tensors = []
-    seen: set[int] = set()
     for leaf in leaves:
         leaf = host_result(leaf)
         if _dlpack.is_array_impl(leaf):
+            input_tensor = own.get(id(leaf))
             # ours: the result's container (or the result itself) and the leaves' list
-            copy = own is not None and id(leaf) not in own and held_elsewhere(leaf, 2)
+            copy = inputs is not None and id(leaf) not in own and held_elsewhere(leaf, 2)
             tensor = to_torch(leaf)
-            if tensor.numel():
+            if isinstance(input_tensor, torch.Tensor):
+                tensor = as_input(tensor, input_tensor)
+            elif tensor.numel():
                 if copy or tensor.data_ptr() in seen:
                     tensor = tensor.clone()
                 seen.add(tensor.data_ptr())

@@ -47,11 +47,11 @@ def test_a_layout_jax_cannot_alias_is_made_dense():
 
 def test_a_result_over_an_input_is_a_view_of_that_input():
     x = torch.ones(4)
-    got = _autograd._as_input(x.view(4), x)
+    got = _exchange.as_input(x.view(4), x)
     assert got._base is x and got.data_ptr() == x.data_ptr()
     x.add_(1)  # one version counter: torch sees writes through either
     assert got._version == x._version
-    reshaped = _autograd._as_input(x.view(2, 2), x)  # same bytes, another shape: a copy
+    reshaped = _exchange.as_input(x.view(2, 2), x)  # same bytes, another shape: a copy
     assert reshaped is not x and reshaped.data_ptr() != x.data_ptr()
 
 

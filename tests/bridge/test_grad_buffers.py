@@ -267,3 +267,44 @@ def test_a_misaligned_input_is_still_refused():
     base = torch.zeros(9)
     with pytest.raises(interop.errors.MisalignedViewError):
         interop.jax_call(jax.jit(jnp.sin))(base[1:])
+
+
+#: Unjitted functions whose result JAX hands back without a copy (the input itself).
+_RETURNED_AS_IS = {
+    "identity": lambda x: x,
+    "slice-all": lambda x: x[:],
+    "same-shape-reshape": lambda x: x.reshape(x.shape),
+    "same-dtype-astype": lambda x: x.astype(x.dtype),
+}
+
+
+@pytest.mark.parametrize("fn", list(_RETURNED_AS_IS.values()), ids=list(_RETURNED_AS_IS))
+def test_an_input_returned_as_is_without_grad_is_tracked_as_a_view_of_it(fn):
+    """No input requiring grad (the path that hands tensors over and back): the result over
+    the input's bytes had a version counter of its own, so a write to the input after a
+    torch op saved the result gave that op's backward the new bytes, silently ([10, 11,
+    12, 13] for [0, 1, 2, 3]). It is a view of the input now, as ``x.view_as(x)`` is:
+    torch refuses that backward, as it refuses the same with ``x[:]``."""
+    call = interop.jax_call(fn)
+    for write_into in ("input", "result"):
+        x = torch.arange(4.0)
+        w = torch.ones(4, requires_grad=True)
+        out = call(x)
+        assert out.data_ptr() == x.data_ptr() and out._base is x  # still aliases it
+        loss = (out * w).sum() if write_into == "input" else (x * w).sum()
+        with torch.no_grad():
+            (x if write_into == "input" else out).add_(10.0)
+        assert x._version == out._version == 1
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            loss.backward()
+
+
+def test_another_array_over_an_inputs_bytes_without_grad_is_a_copy():
+    """An input returned twice: both are views of it (as torch's ``(x.view_as(x),) * 2``);
+    an array over an input's bytes that is not the input (a new JAX array of its buffer)
+    is a copy, as the recording path makes it."""
+    x = torch.arange(4.0)
+    first, second = interop.jax_call(lambda v: (v, v))(x)
+    assert first is not second and first._base is x and second._base is x
+    out = interop.jax_call(lambda v: jax.dlpack.from_dlpack(v))(x)
+    assert not _overlap(out, x) and out.tolist() == [0.0, 1.0, 2.0, 3.0]
