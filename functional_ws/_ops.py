@@ -142,15 +142,47 @@ def _after_acquire(current: SlotState, total: int) -> SlotState:
     )
 
 
+#: Types whose equal values are interchangeable as keys: each compares with anything as
+#: any equal value of the same type does.
+_VALUE_TYPES = (str, int, bytes, bool, type(None))
+
+
+def interchangeable_keys(a: Hashable, b: Hashable) -> bool:
+    """Whether keys ``a`` and ``b`` are one key for every later comparison: the same object,
+    or equal values of one exact type among ``str``, ``int``, ``bytes``, ``bool`` and
+    ``None``, or tuples of such, part by part. Equal keys of other types may compare
+    differently with a third (``np.float32(2**24)`` equals both ``2**24`` and ``2**24 + 1``,
+    which differ), so a retained slot remembers the latest of them, as the original does.
+
+    Example:
+        >>> import numpy as np
+        >>> interchangeable_keys(("kv", 3), ("kv", 3)), interchangeable_keys(np.int64(1), 1)
+        (True, False)
+    """
+    if a is b:
+        return True
+    kind = type(a)
+    if kind is not type(b):
+        return False
+    if isinstance(a, tuple) and kind is tuple:
+        assert isinstance(b, tuple)
+        return len(a) == len(b) and all(map(interchangeable_keys, a, b))
+    return kind in _VALUE_TYPES and a == b
+
+
 def _after_retain(
     current: SlotState, key: Hashable, nbytes: int, alignment: int
 ) -> tuple[SlotState, int, bool]:
     """The slot after a retain of ``nbytes`` under ``key`` (which fits), the span's start,
     and whether the span is intact (the previous retain was the same key at the same start,
-    and nothing reached into it or reallocated the slot since)."""
+    and nothing reached into it or reallocated the slot since).
+
+    The slot remembers the latest key, as the original does: a key equal to the last one
+    but not the same object replaces it (equality need not be transitive: after
+    ``np.float32(2**24)`` then ``2**24 + 1``, the key ``2**24`` is another one)."""
     start = (current.capacity - nbytes) & -alignment  # rounded down to the alignment
     intact = current.retained == (key, start)
-    if intact and nbytes <= current.high_water:
+    if intact and nbytes <= current.high_water and interchangeable_keys(current.retained[0], key):  # type: ignore[index]
         return current, start, True
     after = make_slot(
         current.capacity,

@@ -34,10 +34,18 @@ Example:
 from . import _public
 from ._ops import fit as fit
 from ._ops import fit_plain as fit_plain
+from ._ops import interchangeable_keys as interchangeable_keys
 from ._ops import layout_of as layout_of
 from ._ops import replay_acquire as replay_acquire
 from ._ops import replay_retain as replay_retain
 
-__all__ = ["fit", "fit_plain", "layout_of", "replay_acquire", "replay_retain"]
+__all__ = [
+    "fit",
+    "fit_plain",
+    "interchangeable_keys",
+    "layout_of",
+    "replay_acquire",
+    "replay_retain",
+]
 
 _public.publish(__name__, globals(), __all__)

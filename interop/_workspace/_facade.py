@@ -30,6 +30,7 @@ import torch
 
 import functional_ws as fws
 from functional_ws import ViewSpec, WorkspaceState
+from functional_ws.fast_paths import interchangeable_keys
 
 from .. import _context
 from .._compile import run_eagerly_under_compile
@@ -443,6 +444,9 @@ class WorkspaceManager:
                 if type(dim) is not int and type(dim) not in NUMPY_INTS:
                     entry = None  # the slow path may grow the slot: pin nothing of it
                     return self._retain(key, shape, dtype)
+            if not interchangeable_keys(entry.plan.key, key):  # the slot keeps the latest
+                entry = None  # (an equal key of another make: np.int64(1) for 1)
+                return self._retain(key, shape, dtype)
             state = self._engine.state
             intact: bool | None = True
             if entry.state is state:  # the replay left this state unchanged: intact

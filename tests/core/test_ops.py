@@ -65,6 +65,37 @@ def test_retained_span_semantics():
     assert span3.growth == ((S, 2000),) and not intact3 and span3.offset == 0
 
 
+def test_a_retained_slot_remembers_the_latest_of_equal_keys():
+    """The original stores the latest key at every retain: with an equal key of another
+    make, the next comparison is with that one (np.float32(2**24) equals both 2**24 + 1
+    and 2**24, which differ: the third call is not intact; np.int64(1) compared with a
+    tuple raised). An interchangeable key (an equal str, int or tuple of them) changes
+    nothing, not even the state object."""
+    s, _ = fws.acquire(fws.initial_state(), S, ((1000,), U8))
+    answers = []
+    for key in (np.float32(2**24), 2**24 + 1, 2**24):
+        s, _, intact = fws.retain(s, S, key, ((100,), U8))
+        answers.append(intact)
+        assert s.slots[0].retained[0] is key
+    assert answers == [False, True, False]
+    s, _, _ = fws.retain(s, S, np.int64(1), ((100,), U8))
+    s, _, intact = fws.retain(s, S, 1, ((100,), U8))
+    assert intact and type(s.slots[0].retained[0]) is int
+    assert not fws.retain(s, S, (1, 2), ((100,), U8))[2]  # raised comparing with np.int64
+    s, _, _ = fws.retain(s, S, ("kv", 3), ((100,), U8))
+    again, _, intact = fws.retain(s, S, ("kv", int("3")), ((100,), U8))
+    assert intact and again is s
+
+
+def test_interchangeable_keys_are_equal_values_of_one_plain_make():
+    same = fws.fast_paths.interchangeable_keys
+    assert same("kv", "".join(["k", "v"])) and same(("a", (1, b"x")), ("a", (1, b"x")))
+    assert same(None, None) and same(2**70, 2**70 + 0)
+    assert not same(1, True) and not same(1, 1.0) and not same(np.int64(1), 1)
+    assert not same(("a", 1), ("a", np.int64(1))) and not same((1,), (1, 2))
+    assert not same(np.float32(1.0), np.float32(1.0)) and not same("a", "b")
+
+
 def test_forget_retained_drops_only_that_keys_span_and_nothing_else():
     s, _ = fws.acquire(fws.initial_state(num_ubatches=2), S, ((1000,), U8))
     s, _, _ = fws.retain(s, S, "k", ((100,), U8))

@@ -10,6 +10,7 @@ import inspect
 import logging
 import threading
 
+import numpy as np
 import pytest
 import torch
 from conftest import TEST_DEVICE as DEVICE
@@ -405,6 +406,29 @@ def test_retained_span_lies_at_the_end_and_reports_intact_as_the_original():
     assert not ws.get_retained("kv", (25,), F32)[1]
     ws.get_simultaneous(((5000,), U8))  # reallocation
     assert not ws.get_retained("kv", (25,), F32)[1]
+
+
+@pytest.mark.parametrize(
+    "keys",
+    [(np.float32(2**24), 2**24 + 1, 2**24), (np.int64(1), 1, (1, 2)), (("kv", 1), ("kv", 1))],
+    ids=["non-transitive", "numpy-then-tuple", "equal-tuples"],
+)
+def test_get_retained_remembers_the_latest_of_equal_keys_as_the_original(keys):
+    """Four rounds, so that the memo serves the later ones: the façade kept the first of two
+    equal keys (a False answered True; comparing np.int64(1) with a tuple raised)."""
+
+    def answers(ws):
+        out = []
+        for _ in range(4):
+            for key in keys:
+                try:
+                    out.append(ws.get_retained(key, (25,), F32)[1])
+                except ValueError as err:
+                    out.append(type(err).__name__)
+        return out
+
+    expected = answers(OriginalAlgorithmManager())
+    assert answers(manager()) == expected and False in expected
 
 
 #: A script of requests to one slot, zero-byte retained spans among them: (call, args).
