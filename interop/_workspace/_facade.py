@@ -47,7 +47,12 @@ from ._display import manager_html, manager_plot, manager_repr
 from ._engine import Engine
 from ._history import History
 from ._memo import Memo, Memos, last_plans, replay_and_swap
-from ._persistent import PersistentTables, check_persistent_tensor, tensor_factory
+from ._persistent import (
+    PersistentTables,
+    check_persistent_tensor,
+    check_tensor_key,
+    tensor_factory,
+)
 from ._recording import Recorder, recorded
 from ._requests import (
     NUMPY_INTS,
@@ -775,6 +780,7 @@ class WorkspaceManager:
             kwargs = {"zero_init": zero_init} if zero_init is not False else {}  # as called
             args = (key, shape, dtype)
             return self._recorder.call(self, "get_persistent", method, args, kwargs)  # type: ignore[no-any-return]
+        check_tensor_key(key)
         shape = canonical_shape(shape)
         check_torch_dtypes(((shape, dtype),), "dtype")
         spec = ViewSpec.of(shape, dtype, "")

@@ -22,7 +22,7 @@ from typing import Any, cast
 
 import torch
 
-from functional_ws import ReprKey, ViewSpec
+from functional_ws import ReprKey, UnhashableKeyError, ViewSpec
 from functional_ws._presenters import install_key_namer, key_text, safe_repr
 
 from .._errors import PersistentMismatchError, PersistentNotTensorError
@@ -121,6 +121,19 @@ def tensor_factory(
             return make(shape, dtype=dtype, device=device)
 
     return factory
+
+
+def check_tensor_key(key: object) -> None:
+    """Refuse an unhashable ``get_persistent`` key in the caller's words: the tensor is kept
+    under ``(torch.Tensor, key)``, which the resource table's refusal would name.
+
+    Raises:
+        UnhashableKeyError: (``TypeError``) ``key`` cannot be hashed.
+    """
+    try:
+        hash(key)
+    except TypeError:
+        raise UnhashableKeyError(f"key must be hashable, got {safe_repr(key)}.") from None
 
 
 def check_persistent_tensor(

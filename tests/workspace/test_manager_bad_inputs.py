@@ -156,7 +156,7 @@ CASES = [
     ("persistent-numpy-dtype", lambda ws: ws.get_persistent("p", (2,), np.float32), False,
      ValueError, ["dtype", "torch.dtype"]),
     ("persistent-unhashable-key", lambda ws: ws.get_persistent({"k": 1}, (2,), F32), False,
-     ValueError, ["key"]),
+     ValueError, ["key must be hashable, got {'k': 1}."]),  # the caller's key, not ours
     ("persistent-changed-shape", lambda ws: ws.get_persistent("w", (5,), F32), False,
      ValueError, ["requested shape=(5,)", "'w'"]),
     ("persistent-changed-dtype", lambda ws: ws.get_persistent("w", (4,), U8), False,
