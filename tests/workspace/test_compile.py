@@ -219,3 +219,55 @@ def test_only_this_package_s_bases_are_marked():
     run_eagerly_under_compile(Derived)
     assert Derived.twice._torchdynamo_disable
     assert not hasattr(argparse.Namespace.__init__, "_torchdynamo_disable")
+
+
+# A step whose retained span overlaps its scratch in a 512-byte slot (the documented limit:
+# views that share bytes in one compiled region), and not once the slot is reserved large.
+_OVERLAP_STEP = r"""
+import json, sys
+import torch
+from interop import WorkspaceManager
+
+ws = WorkspaceManager("cpu")
+if int(sys.argv[1]):
+    ws.reserve(((int(sys.argv[1]),), torch.float32))
+
+
+def step(x):
+    a, b = ws.get_simultaneous(((x.shape[0],), torch.float32), ((x.shape[0],), torch.float32))
+    a.copy_(x * 2)
+    b.copy_(x + 1)
+    r, _ = ws.get_retained("acc", (x.shape[0],), torch.float32)
+    r.zero_()
+    r.add_(a * b)
+    return r.clone()
+
+
+x = torch.arange(8, dtype=torch.float32)
+compiled = torch.compile(step)(x).sum().item()
+print("REPORT", json.dumps({"compiled": compiled, "eager": step(x).sum().item()}))
+"""
+
+
+def test_the_documented_cache_setting_keeps_a_run_after_an_overlapping_one_exact(tmp_path):
+    """README ("torch.compile ... one limit, torch's"): on torch 2.13 AOTAutograd's disk
+    cache keys a graph without which inputs share bytes, so a process whose views do not
+    overlap, run after one whose views did, got the other's graph (measured: an
+    ``AssertionError`` from the graph's input check, or 0.0 for 336.0 silently). With
+    ``TORCHINDUCTOR_AUTOGRAD_CACHE=0``, the setting the README gives, it is exact."""
+    script = tmp_path / "step.py"
+    script.write_text(_OVERLAP_STEP)
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "TORCHINDUCTOR_AUTOGRAD_CACHE": "0"}
+    env["TORCHINDUCTOR_CACHE_DIR"] = str(tmp_path / "cache")
+    reports = []
+    for reserve in ("0", "1024"):  # the overlapping run fills the cache first
+        done = subprocess.run(
+            [sys.executable, str(script), reserve],
+            env=env, capture_output=True, text=True, timeout=540,
+        )  # fmt: skip
+        lines = [line for line in done.stdout.splitlines() if line.startswith("REPORT ")]
+        assert done.returncode == 0 and lines, done.stderr[-3000:]
+        reports.append(json.loads(lines[-1].removeprefix("REPORT ")))
+    overlapping, apart = reports
+    assert overlapping == {"compiled": 0.0, "eager": 0.0}  # the span over b zeroed it
+    assert apart == {"compiled": 336.0, "eager": 336.0}
