@@ -30,7 +30,7 @@ from ._config import MachineConfig, Spec
 from ._memory import Buffer, check_real, first_difference, nbytes_of, read, view_bytes
 from ._mirror import CoreMirror, Plan
 from ._stats import Exercised
-from ._tracking import Range, SlotTrack, overlap
+from ._tracking import STALE_HINT, Range, SlotTrack, overlap
 
 #: Dtypes of scratch requests: 1, 2, 4 and 8-byte items.
 SCRATCH_DTYPES: tuple[torch.dtype, ...] = (
@@ -339,6 +339,8 @@ class MachineBase(RuleBasedStateMachine):
 
     def _new_buffer(self, index: int, call: str, storage: torch.UntypedStorage, need: int) -> None:
         track, old, locked = self.tracks[index], self.tracks[index].buffer, self.model.locked
+        earlier = track.earlier_holding(storage)
+        stale = "" if earlier is None else STALE_HINT
         if locked and old is None and "locked" in self.properties and storage.nbytes():
             # Its first buffer: another slot's growth (a policy that grows several) may
             # have made it unseen, but only if some slot grew while unlocked.
@@ -355,16 +357,17 @@ class MachineBase(RuleBasedStateMachine):
             this_lock = old.lock_serial == self.lock_serial
             assert not (this_lock or old.epoch == self.epoch), (
                 f"{call} got its views in a new buffer ({old.nbytes} -> {storage.nbytes()} "
-                "bytes) while the workspace is locked: a locked call that needs more must "
-                "raise AssertionError"
+                f"bytes) while the workspace is locked: a locked call that needs more must "
+                f"raise AssertionError{stale}"
             )
         if not locked:
             self.epoch += 1
         self.stats.growths += 1
         buffer = Buffer.of(storage, self.epoch, self.lock_serial if locked else None)
+        buffer.stale = earlier is not None
         track.new_buffer(buffer, need)
         self.model.slots[index].reallocate(storage.nbytes())
-        note(f"  -> a new buffer of {storage.nbytes()} bytes")
+        note(f"  -> a new buffer of {storage.nbytes()} bytes{stale}")
 
     def _check_placement(self, index: int, call: str, views: list[torch.Tensor]) -> list[Range]:
         """Relative alignment and disjointness of non-empty views; return their ranges."""

@@ -89,6 +89,7 @@ class Buffer:
             any, were empty, and empty views take no room).
         base: the address the core's offsets count from (the slot's base), once a view with
             a planned offset was seen in it (only with ``core_state``).
+        stale: the slot had this buffer before another one (so its views are stale).
     """
 
     address: int
@@ -99,6 +100,7 @@ class Buffer:
     phase: tuple[int, str] | None = None
     origin: int | None = None
     base: int | None = None
+    stale: bool = False
 
     @classmethod
     def of(cls, storage: torch.UntypedStorage, epoch: int, lock_serial: int | None) -> Buffer:

@@ -34,6 +34,7 @@ from ._machine_base import (
 )
 from ._memory import first_difference, nbytes_of, read, view_bytes, write
 from ._probe import misaligned_view
+from ._tracking import STALE_HINT
 
 
 class ScratchAndRetainedRules(MachineBase):
@@ -356,6 +357,7 @@ class ScratchAndRetainedRules(MachineBase):
         said = " then ".join([*track.history, call]) + " reported intact, but"
         assert record is not None, (
             f"{said} no get_retained left bytes in this slot's buffer since it was allocated"
+            + STALE_HINT * bool(track.buffer and track.buffer.stale)
         )
         assert record.key == key, f"{said} the span was last retained with key {record.key!r}"
         assert record.start == start, f"{said} the span moved from {record.start} to {start}"

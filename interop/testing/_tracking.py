@@ -11,6 +11,12 @@ import torch
 from ._config import Spec
 from ._memory import Buffer
 
+#: Said of a call whose views lie in a buffer its slot had before another one.
+STALE_HINT = (
+    " (not a new buffer: the slot had it before another one; views of a buffer the slot "
+    "replaced are stale: were views kept past a growth?)"
+)
+
 #: ``(first byte address, end address, description)`` of memory handed out.
 Range = tuple[int, int, str]
 
@@ -54,6 +60,8 @@ class SlotTrack:
         resources: persistent resources by key.
         regrown: the core planned a new buffer for the slot that no view has shown yet
             (only with ``core_state``).
+        earlier: the slot's buffers before ``buffer``, the latest :data:`EARLIER` of them
+            (weakly held: a view met in one that lives on is a stale view).
     """
 
     buffer: Buffer | None = None
@@ -68,6 +76,14 @@ class SlotTrack:
     tensors: dict[Hashable, PersistentTensor] = dataclasses.field(default_factory=dict)
     resources: dict[Hashable, Any] = dataclasses.field(default_factory=dict)
     regrown: bool = False
+    earlier: list[Buffer] = dataclasses.field(default_factory=list)
+
+    #: How many earlier buffers :attr:`earlier` keeps.
+    EARLIER = 8
+
+    def earlier_holding(self, storage: Any) -> Buffer | None:
+        """The earlier buffer of this slot that ``storage`` is, if any (still alive)."""
+        return next((b for b in reversed(self.earlier) if b.holds(storage)), None)
 
     def live_ranges(self) -> list[Range]:
         """The latest views and the retained span, while their buffer lives."""
@@ -76,7 +92,9 @@ class SlotTrack:
         return self.acquired + ([self.retained] if self.retained else [])
 
     def new_buffer(self, buffer: Buffer, need: int) -> None:
-        """Forget everything about the old buffer."""
+        """Forget everything about the old buffer (noted in :attr:`earlier`)."""
+        if self.buffer is not None:
+            self.earlier = [*self.earlier[-self.EARLIER + 1 :], self.buffer]
         self.buffer, self.served = buffer, need
         self.acquired, self.retained, self.history = [], None, []
         self.retained_spec, self.since = None, 0

@@ -193,6 +193,19 @@ def test_a_manager_on_the_meta_device_is_refused_not_checked(properties):
         )
 
 
+@pytest.mark.parametrize("locked", [True, False], ids=["with-locked", "without-locked"])
+def test_views_of_a_retired_buffer_are_called_stale_not_a_growth(locked):
+    """A manager handing out memoised views of the slot's retired buffer was blamed for a
+    growth while locked ("512 -> 256 bytes") or for an intact span with no bytes: the
+    failure says the views are stale now."""
+    families = ALL_BUT_ABSOLUTE if locked else [p for p in ALL_BUT_ABSOLUTE if p != "locked"]
+    with pytest.raises(AssertionError, match="views of a buffer the slot replaced are stale"):
+        check_workspace(
+            m.StaleMemo, properties=families, empty_requests=False, settings=ONE_BUG,
+            **ORIGINAL_SLOTS,
+        )  # fmt: skip
+
+
 def test_original_algorithm_fails_absolute_alignment_on_cpu():
     err = _fails(
         m.OriginalAlgorithmManager,

@@ -98,6 +98,18 @@ class LanesShareBuffer(OriginalAlgorithmManager):
         return super()._get_workspace_id() // self._num_lanes * self._num_lanes
 
 
+class StaleMemo(OriginalAlgorithmManager):
+    """Memoises the views of each request per slot and never forgets them when the slot
+    grows: a repeat gets views of the retired buffer."""
+
+    def get_simultaneous(self, *shapes_and_dtypes: Any) -> list[torch.Tensor]:
+        memo = self.__dict__.setdefault("_memo", {})
+        key = (self._get_workspace_id(), shapes_and_dtypes)
+        if key not in memo:
+            memo[key] = super().get_simultaneous(*shapes_and_dtypes)
+        return memo[key]  # type: ignore[no-any-return]
+
+
 class WrongOffset(OriginalAlgorithmManager):
     """Rounds the offsets to 64 bytes instead of 256."""
 
