@@ -10,6 +10,7 @@ collects its ``TestCase``.
 from __future__ import annotations
 
 import contextlib
+import re
 import sys
 from collections.abc import Callable, Iterable
 
@@ -199,8 +200,33 @@ def check_workspace(
         if isinstance(group, Flaky):
             raise
         failure = one_failure(group)
+    except AssertionError as err:
+        _note_selectors(config, err)
+        raise
     if failure is not None:  # raised outside the handler: the group is not its context
+        _note_selectors(config, failure)
         raise failure
+
+
+#: A failure's message or shrunk calls name a slot other than the first ("ubatch 1",
+#: "lane 2", "slot=(0, 1)").
+_OTHER_SLOT = re.compile(r"\b(?:ubatch|lane) [1-9]|\bslot[= ]\((?:\d+, [1-9]|[1-9]\d*, \d+)\)")
+
+SELECTOR_NOTE = (
+    "Several slots, and this failure involves one past the first: a manager that mixes slots "
+    "(one slot's views, span or resources met in another) fails so, and so does a "
+    "use_lane / use_ubatch that selects nothing (every slot is then one). Check first that "
+    "use_lane(i) and use_ubatch(i) select slot i."
+)
+
+
+def _note_selectors(config: MachineConfig, failure: BaseException) -> None:
+    """Add :data:`SELECTOR_NOTE` to a failure whose message or shrunk calls involve a slot
+    past the first, where there are several: the kit cannot tell a selector that selects
+    nothing from a manager that ignores the slot."""
+    said = "\n".join([str(failure), *getattr(failure, "__notes__", [])])
+    if len(config.slots) > 1 and _OTHER_SLOT.search(said):
+        failure.__notes__ = [*getattr(failure, "__notes__", []), SELECTOR_NOTE]
 
 
 def one_failure(group: BaseExceptionGroup[BaseException]) -> BaseException:

@@ -22,7 +22,7 @@ from support.user_module import pytest_user_module
 import interop
 import interop.testing
 from interop.testing import PROPERTIES, MachineConfig, WorkspaceAPIMachine, check_workspace
-from interop.testing._check import _default
+from interop.testing._check import SELECTOR_NOTE, _default
 from interop.testing._probe import misaligned_view
 
 #: The loaded profile without the explain phase; one failure reported, not a group.
@@ -204,6 +204,24 @@ def test_views_of_a_retired_buffer_are_called_stale_not_a_growth(locked):
             m.StaleMemo, properties=families, empty_requests=False, settings=ONE_BUG,
             **ORIGINAL_SLOTS,
         )  # fmt: skip
+
+
+def test_a_failure_past_the_first_slot_says_to_check_the_selectors_first():
+    """A ``use_lane`` that selects nothing makes every lane one: the kit blamed the manager
+    (a resource factory called 0 times in lane 1) with no word of the selector. It cannot
+    tell the two apart, so such a failure says to check the selectors first; a failure with
+    one slot does not."""
+    with pytest.raises(AssertionError, match=r"lane 1") as info:
+        check_workspace(
+            lambda u, lanes: interop.WorkspaceManager("cpu", u, lanes),
+            num_lanes=2,
+            use_lane=lambda i: contextlib.nullcontext(),
+            settings=ONE_BUG,
+        )
+    assert SELECTOR_NOTE in info.value.__notes__
+    with pytest.raises(AssertionError) as single:
+        check_workspace(m.WrongShape, properties=["shapes"], settings=QUICK)
+    assert SELECTOR_NOTE not in getattr(single.value, "__notes__", [])
 
 
 def test_original_algorithm_fails_absolute_alignment_on_cpu():
