@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import re
 import sys
+import warnings
 from collections.abc import Callable, Iterable
 
 import hypothesis
@@ -22,7 +23,9 @@ from hypothesis.statistics import collector, describe_statistics
 
 from ._config import ALIGNMENT, MachineConfig, ManagerFactory, SlotSelector
 from ._machine import WorkspaceAPIMachine
+from ._machine_base import counting_runs
 from ._properties import select_properties
+from ._stats import Exercised
 
 if sys.version_info >= (3, 11):
     from builtins import BaseExceptionGroup
@@ -189,8 +192,10 @@ def check_workspace(
             f"got {statistics!r}."
         )
     failure: BaseException | None = None
+    runs: list[Exercised] = []
     try:
-        with _reporting(statistics):
+        # (the factory as it is: Hypothesis derives a derandomized run's seed from its source)
+        with _reporting(statistics), counting_runs(runs):
             # Hypothesis documents any zero-argument factory here; its annotation says a class.
             run_state_machine_as_test(
                 lambda: WorkspaceAPIMachine(config),  # type: ignore[arg-type]
@@ -206,6 +211,25 @@ def check_workspace(
     if failure is not None:  # raised outside the handler: the group is not its context
         _note_selectors(config, failure)
         raise failure
+    _warn_untested(config, runs)
+
+
+def _warn_untested(config: MachineConfig, runs: list[Exercised]) -> None:
+    """Warn where a passing check never exercised a selected family (a budget too small to
+    reach it: ``max_examples=1``, a few steps), so that its pass is not read as a proof."""
+    totals = Exercised()
+    for run in runs:
+        totals.add(run)
+    untested = totals.untested(config.properties)
+    if untested:
+        warnings.warn(
+            f"check_workspace passed, but its {len(runs)} run(s) made {'; '.join(untested)}: "
+            "those families were not exercised, and the pass says nothing of them. Give it "
+            "more examples or steps (settings=hypothesis.settings(max_examples=..., "
+            "stateful_step_count=...)), or leave them out (properties=...).",
+            UserWarning,
+            stacklevel=3,
+        )
 
 
 #: A failure's message or shrunk calls name a slot other than the first ("ubatch 1",

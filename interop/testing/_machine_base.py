@@ -12,8 +12,9 @@ groups (:mod:`._retained_rules`, :mod:`._lock_rules`) subclass it and
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, NoReturn
 
 import torch
@@ -132,6 +133,9 @@ class MachineBase(RuleBasedStateMachine):
             _SCRATCH if config.empty_requests else _SCRATCH.map(_without_empty_request)
         )
         self.stats = Exercised()
+        runs = _RUNS.get()
+        if runs is not None:
+            runs.append(self.stats)
         self.manager: Any = None  # made by the first step, new_manager
         self.mirror: CoreMirror | None = None
         block = config.alignment
@@ -488,3 +492,19 @@ def _check_alignment_told(cfg: MachineConfig, manager: Any) -> None:
         f"so), but the kit was told alignment={cfg.alignment}: pass "
         f"alignment={state.alignment} to check_workspace / make_machine / MachineConfig."
     )
+
+
+#: Where machines made meanwhile note their runs' counts (:func:`counting_runs`).
+_RUNS: contextvars.ContextVar[list[Exercised] | None] = contextvars.ContextVar(
+    "interop_testing_runs", default=None
+)
+
+
+@contextlib.contextmanager
+def counting_runs(runs: list[Exercised]) -> Iterator[None]:
+    """Every machine made in the block appends its :class:`Exercised` counts to ``runs``."""
+    token = _RUNS.set(runs)
+    try:
+        yield
+    finally:
+        _RUNS.reset(token)

@@ -54,6 +54,40 @@ class Exercised:
     rechecked: int = 0
     refusals: int = 0
 
+    def add(self, other: Exercised) -> None:
+        """Count ``other``'s run into this one (a whole check's totals)."""
+        self.calls.update(other.calls)
+        for name in ("growths", "reaches", "at_start", "intact", "kept", "rechecked", "refusals"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+    def untested(self, properties: frozenset[str]) -> list[str]:
+        """What of the selected ``properties`` these counts never exercised, one phrase
+        each (empty when every family met its evidence: a request that grew a buffer, a
+        ``get_retained`` whose answer was checked, a refusal while locked, a persistent
+        call).
+
+        Example:
+            >>> Exercised().untested(frozenset({"locked", "shapes"}))
+            ['no get_simultaneous call (shapes)', 'no refusal while locked (locked)']
+        """
+        evidence = {
+            "shapes": (self.calls["get_simultaneous"], "no get_simultaneous call"),
+            "containment": (self.growths, "no buffer grown"),
+            "disjoint": (self.calls["get_simultaneous"], "no get_simultaneous call"),
+            "relative_alignment": (self.calls["get_simultaneous"], "no get_simultaneous call"),
+            "intact": (self.intact + self.kept + self.rechecked, "no get_retained answer checked"),
+            "locked": (self.refusals, "no refusal while locked"),
+            "persistent": (
+                self.calls["get_persistent"] + self.calls["get_persistent_resource"],
+                "no persistent call",
+            ),
+        }
+        return [  # in PROPERTIES' order
+            f"{phrase} ({name})"
+            for name, (count, phrase) in evidence.items()
+            if name in properties and not count
+        ]
+
     def report(self, methods: tuple[str, ...]) -> None:
         """One event per counter (and per method in ``methods``), with its bucket."""
         for method in methods:

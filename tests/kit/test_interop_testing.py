@@ -10,6 +10,7 @@ over copies of the original is ``test_kit_mutants.py``'s.
 
 import contextlib
 import re
+import warnings
 
 import pytest
 import torch
@@ -204,6 +205,24 @@ def test_views_of_a_retired_buffer_are_called_stale_not_a_growth(locked):
             m.StaleMemo, properties=families, empty_requests=False, settings=ONE_BUG,
             **ORIGINAL_SLOTS,
         )  # fmt: skip
+
+
+def test_a_pass_that_exercised_a_family_nothing_warns_naming_it():
+    """A budget too small to reach a family (``max_examples=1``) passed it vacuously, as if
+    checked: the pass now warns, naming what never happened; a budget that reaches every
+    family does not."""
+    tiny = settings(ONE_BUG, max_examples=1, stateful_step_count=2)
+    with pytest.warns(UserWarning, match=r"no refusal while locked \(locked\)") as caught:
+        check_workspace(lambda u, lanes: interop.WorkspaceManager("cpu", u, lanes), settings=tiny)
+    (warning,) = [w for w in caught if "check_workspace passed" in str(w.message)]
+    assert "no get_retained answer checked (intact)" in str(warning.message)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        check_workspace(
+            lambda u, lanes: interop.WorkspaceManager("cpu", u, lanes),
+            properties=["shapes", "locked"],
+            settings=settings(ONE_BUG, max_examples=30),
+        )
 
 
 def test_a_failure_past_the_first_slot_says_to_check_the_selectors_first():
@@ -445,8 +464,8 @@ USER_MODULE = """
         return interop.WorkspaceManager("cpu", num_ubatches, num_lanes)
 
 
-    def test_my_manager():
-        check_workspace(facade, settings=QUICK)
+    def test_my_manager():  # (3 short runs reach no refusal while locked, no intact span)
+        check_workspace(facade, settings=QUICK, properties=["shapes", "disjoint", "persistent"])
 
 
     TestMyManager = make_machine(facade).TestCase
