@@ -203,8 +203,8 @@ def png_path(png: str | os.PathLike[str]) -> Path:
     """Where the picture goes for ``png``: ``.png`` added to a path without a suffix.
 
     Raises:
-        ValueError: another suffix, an empty path, an existing folder, or a folder that does
-            not exist, naming ``png``.
+        ValueError: another suffix, an empty path, an existing folder, a folder that does
+            not exist, or a file that cannot be written there, naming ``png``.
     """
     text = os.fspath(png)
     path = Path(text)
@@ -216,6 +216,16 @@ def png_path(png: str | os.PathLike[str]) -> Path:
         raise ValueError(f"png must name a .png file, got {text!r}.")
     if not path.parent.is_dir():
         raise ValueError(f"png {text!r}: the folder {str(path.parent)!r} does not exist.")
+    existed = path.exists()
+    try:  # now, not after the demo ran: opened to append, so nothing there is lost
+        with open(path, "ab"):
+            pass
+    except OSError as err:
+        raise ValueError(
+            f"png {text!r}: the file cannot be written there ({err.strerror})."
+        ) from None
+    if not existed:
+        path.unlink(missing_ok=True)
     return path
 
 

@@ -70,8 +70,9 @@ def test_a_bad_device_is_a_usage_error(device, complaint, capsys):
         ("x.jpg", "must name a .png file, got 'x.jpg'"),
         ("", "must name a file, got ''"),
         ("nowhere/x.png", "the folder 'nowhere' does not exist"),
+        ("/proc/functional_ws.png", "the file cannot be written there"),  # even by root
     ],
-    ids=["jpg", "empty", "missing-folder"],
+    ids=["jpg", "empty", "missing-folder", "unwritable"],
 )
 def test_a_png_that_cannot_be_written_is_a_usage_error_before_the_demo(png, complaint, capsys):
     with pytest.raises(SystemExit) as exit_:
