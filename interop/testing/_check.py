@@ -144,6 +144,11 @@ def check_workspace(
             locked (the ``make_machine(...).TestCase`` form shows them under pytest's
             option).
 
+    Warns:
+        UserWarning: the check passed, but its runs never exercised a selected family (no
+            refusal while locked, no ``intact`` answer checked, no persistent call...): a
+            budget too small to reach it. The message names what never happened.
+
     Raises:
         AssertionError: a property failed, or the manager raised where it must not (the
             message names the call; the manager's exception is its ``__cause__``). The
