@@ -89,8 +89,11 @@ def test_a_retained_slot_remembers_the_latest_of_equal_keys():
 
 def test_interchangeable_keys_are_equal_values_of_one_plain_make():
     same = fws.fast_paths.interchangeable_keys
-    assert same("kv", "".join(["k", "v"])) and same(("a", (1, b"x")), ("a", (1, b"x")))
-    assert same(None, None) and same(2**70, 2**70 + 0)
+    # equal values made apart (a literal twice is one shared constant: `is` would pass)
+    assert same("kv", "".join(["k", "v"])) and same(b"kv", bytes([107, 118]))
+    assert same(("a", (1, b"x")), ("a", (int("1"), bytes([120])))) and same(None, None)
+    assert same(int("1" * 30), 10**30 // 9)
+    assert not same((np.int64(1), "kv"), (1, "kv"))  # every part, the first too
     assert not same(1, True) and not same(1, 1.0) and not same(np.int64(1), 1)
     assert not same(("a", 1), ("a", np.int64(1))) and not same((1,), (1, 2))
     assert not same(np.float32(1.0), np.float32(1.0)) and not same("a", "b")

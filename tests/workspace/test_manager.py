@@ -431,6 +431,19 @@ def test_get_retained_remembers_the_latest_of_equal_keys_as_the_original(keys):
     assert answers(manager()) == expected and False in expected
 
 
+def test_the_retained_memo_serves_an_equal_plain_key_made_anew(monkeypatch):
+    """A key rebuilt every call (``("kv", layer)``) is one key: after two sightings the
+    memo serves it without the slow path, as it serves the very same object."""
+    ws = manager()
+    slow = []
+    original = WorkspaceManager._retain
+    monkeypatch.setattr(
+        WorkspaceManager, "_retain", lambda self, *a: slow.append(a) or original(self, *a)
+    )
+    answers = [ws.get_retained(("kv", int("3")), (25,), F32)[1] for _ in range(6)]
+    assert answers == [False, True, True, True, True, True] and len(slow) == 2
+
+
 #: A script of requests to one slot, zero-byte retained spans among them: (call, args).
 ZERO_BYTE_SCRIPT = (
     ("retain", ("kv", (0, 4), F32)),  # the slot has no buffer yet
