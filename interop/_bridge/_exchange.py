@@ -241,14 +241,18 @@ def host_argument(leaf: Any, treedef: Any, index: int, copy: bool = True) -> Any
     return np.array(leaf, copy=True) if copy else leaf
 
 
-def as_input(out: torch.Tensor, tensor: torch.Tensor) -> torch.Tensor:
-    """A view of ``tensor``, the input an eager function returned as is (``out`` is over its
-    bytes): torch then tracks it as a view of that input, version counter included (a write
-    to either is seen by any backward that saved the other). A view, not the input itself:
-    torch refuses to save an input returned as is for the backward (``setup_context`` saves
-    the inputs)."""
+def as_input(out: torch.Tensor, tensor: torch.Tensor, *, recorded: bool = True) -> torch.Tensor:
+    """``tensor`` again, the input an eager function returned as is (``out`` is over its
+    bytes), sharing its version counter (a write to either is seen by any backward that
+    saved the other). Recorded (an autograd node's result): a view of it, which torch
+    tracks as a view of that input (not the input itself: torch refuses to save an input
+    returned as is for the backward, and ``setup_context`` saves the inputs). Not recorded:
+    ``tensor.detach()``, which requires no grad even where the input does (a view made
+    under ``no_grad`` would)."""
     same = tensor.shape == out.shape and tensor.stride() == out.stride()
-    return tensor.view_as(tensor) if same and tensor.dtype == out.dtype else out.clone()
+    if not same or tensor.dtype != out.dtype:
+        return out.clone()
+    return tensor.view_as(tensor) if recorded else tensor.detach()
 
 
 def results_to_torch(
@@ -260,9 +264,9 @@ def results_to_torch(
 
     ``inputs``: the arguments of an eager call (an unjitted function, or ``jax.disable_jit``)
     whose result is read here, and ``originals`` the leaves they were handed over from (torch
-    tensors among them). An input returned as is comes back as a view of its tensor
-    (:func:`as_input`: documented, it aliases the input, and torch tracks it as it tracks
-    ``x.view_as(x)``); any other array over an input tensor's bytes, and one something else
+    tensors among them). An input returned as is comes back over its tensor's bytes with its
+    version counter (:func:`as_input`: documented, it aliases the input); any other array
+    over an input tensor's bytes, and one something else
     holds (a constant the function closes over: :func:`held_elsewhere`), gets a buffer of
     its own."""
     leaves, treedef = jax.tree_util.tree_flatten(result)
@@ -279,7 +283,7 @@ def results_to_torch(
             copy = inputs is not None and id(leaf) not in own and held_elsewhere(leaf, 2)
             tensor = to_torch(leaf)
             if isinstance(input_tensor, torch.Tensor):
-                tensor = as_input(tensor, input_tensor)
+                tensor = as_input(tensor, input_tensor, recorded=False)
             elif tensor.numel():
                 if copy or tensor.data_ptr() in seen:
                     tensor = tensor.clone()

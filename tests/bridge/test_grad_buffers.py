@@ -290,7 +290,7 @@ def test_an_input_returned_as_is_without_grad_is_tracked_as_a_view_of_it(fn):
         x = torch.arange(4.0)
         w = torch.ones(4, requires_grad=True)
         out = call(x)
-        assert out.data_ptr() == x.data_ptr() and out._base is x  # still aliases it
+        assert out.data_ptr() == x.data_ptr() and not out.requires_grad  # still aliases it
         loss = (out * w).sum() if write_into == "input" else (x * w).sum()
         with torch.no_grad():
             (x if write_into == "input" else out).add_(10.0)
@@ -305,6 +305,20 @@ def test_another_array_over_an_inputs_bytes_without_grad_is_a_copy():
     is a copy, as the recording path makes it."""
     x = torch.arange(4.0)
     first, second = interop.jax_call(lambda v: (v, v))(x)
-    assert first is not second and first._base is x and second._base is x
+    assert first is not second and first.data_ptr() == second.data_ptr() == x.data_ptr()
+    x.add_(1.0)
+    assert first._version == second._version == x._version == 1
+    x = torch.arange(4.0)
     out = interop.jax_call(lambda v: jax.dlpack.from_dlpack(v))(x)
     assert not _overlap(out, x) and out.tolist() == [0.0, 1.0, 2.0, 3.0]
+
+
+@pytest.mark.parametrize("mode", ["no_grad", "inference_mode"])
+def test_an_input_returned_as_is_with_grad_off_requires_no_grad(mode):
+    """A parameter through an identity with grad off: the result requires no grad (a view
+    made under ``no_grad`` would, and ``.numpy()`` on it raised), over the same bytes."""
+    w = torch.nn.Parameter(torch.ones(4))
+    with getattr(torch, mode)():
+        out = interop.jax_call(lambda t: t)(w)
+    assert not out.requires_grad and out.data_ptr() == w.data_ptr()
+    assert out.numpy().tolist() == [1.0] * 4
