@@ -142,32 +142,29 @@ def _after_acquire(current: SlotState, total: int) -> SlotState:
     )
 
 
-#: Types whose equal values are interchangeable as keys: each compares with anything as
-#: any equal value of the same type does.
-_VALUE_TYPES = (str, int, bytes, bool, type(None))
-
-
 def interchangeable_keys(a: Hashable, b: Hashable) -> bool:
     """Whether keys ``a`` and ``b`` are one key for every later comparison: the same object,
-    or equal values of one exact type among ``str``, ``int``, ``bytes``, ``bool`` and
-    ``None``, or tuples of such, part by part. Equal keys of other types may compare
-    differently with a third (``np.float32(2**24)`` equals both ``2**24`` and ``2**24 + 1``,
-    which differ), so a retained slot remembers the latest of them, as the original does.
+    or equal values of one exact type (tuples, named ones too, part by part). Equal keys of
+    different types may compare differently with a third (``np.float32(2**24)`` equals both
+    ``2**24`` and ``2**24 + 1``, which differ; ``np.int64(1) == (1, 2)`` raises), so a
+    retained slot remembers the latest of them, as the original does.
 
     Example:
         >>> import numpy as np
-        >>> interchangeable_keys(("kv", 3), ("kv", 3)), interchangeable_keys(np.int64(1), 1)
+        >>> interchangeable_keys(("kv", 3.0), ("kv", 3.0)), interchangeable_keys(np.int64(1), 1)
         (True, False)
     """
     if a is b:
         return True
-    kind = type(a)
-    if kind is not type(b):
+    if type(a) is not type(b):
         return False
-    if isinstance(a, tuple) and kind is tuple:
+    if isinstance(a, tuple):
         assert isinstance(b, tuple)
         return len(a) == len(b) and all(map(interchangeable_keys, a, b))
-    return kind in _VALUE_TYPES and a == b
+    try:
+        return bool(a == b)
+    except Exception:  # an equality that raises: not known to be one key
+        return False
 
 
 def _after_retain(

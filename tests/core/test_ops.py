@@ -82,9 +82,10 @@ def test_a_retained_slot_remembers_the_latest_of_equal_keys():
     s, _, intact = fws.retain(s, S, 1, ((100,), U8))
     assert intact and type(s.slots[0].retained[0]) is int
     assert not fws.retain(s, S, (1, 2), ((100,), U8))[2]  # raised comparing with np.int64
-    s, _, _ = fws.retain(s, S, ("kv", 3), ((100,), U8))
-    again, _, intact = fws.retain(s, S, ("kv", int("3")), ((100,), U8))
-    assert intact and again is s
+    for key, anew in ((("kv", 3), ("kv", int("3"))), (2.5, float("2.5"))):
+        s, _, _ = fws.retain(s, S, key, ((100,), U8))
+        again, _, intact = fws.retain(s, S, anew, ((100,), U8))
+        assert intact and again is s
 
 
 def test_interchangeable_keys_are_equal_values_of_one_plain_make():
@@ -95,8 +96,10 @@ def test_interchangeable_keys_are_equal_values_of_one_plain_make():
     assert same(int("1" * 30), 10**30 // 9)
     assert not same((np.int64(1), "kv"), (1, "kv"))  # every part, the first too
     assert not same(1, True) and not same(1, 1.0) and not same(np.int64(1), 1)
+    assert same(np.float32(1.0), np.float32(1.0)) and same(float("2.5"), 2.5)  # one make
+    assert not same(float("nan"), float("nan")) and not same(np.float32(1.0), 1.0)
     assert not same(("a", 1), ("a", np.int64(1))) and not same((1,), (1, 2))
-    assert not same(np.float32(1.0), np.float32(1.0)) and not same("a", "b")
+    assert not same("a", "b")
 
 
 def test_forget_retained_drops_only_that_keys_span_and_nothing_else():
