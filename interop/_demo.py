@@ -216,16 +216,21 @@ def png_path(png: str | os.PathLike[str]) -> Path:
         raise ValueError(f"png must name a .png file, got {text!r}.")
     if not path.parent.is_dir():
         raise ValueError(f"png {text!r}: the folder {str(path.parent)!r} does not exist.")
-    existed = path.exists()
-    try:  # now, not after the demo ran: opened to append, so nothing there is lost
-        with open(path, "ab"):
-            pass
+    # Asked now, not after the demo ran; nothing there is opened or lost.
+    if os.path.lexists(path):
+        if not path.is_file():
+            raise ValueError(
+                f"png {text!r}: not a regular file (a link to nowhere, a pipe or a device)."
+            )
+        if not os.access(path, os.W_OK):
+            raise ValueError(f"png {text!r}: the file cannot be written (no permission).")
+        return path
+    try:  # a new file: made and removed again
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL))
     except OSError as err:
-        raise ValueError(
-            f"png {text!r}: the file cannot be written there ({err.strerror})."
-        ) from None
-    if not existed:
-        path.unlink(missing_ok=True)
+        why = err.strerror or type(err).__name__
+        raise ValueError(f"png {text!r}: the file cannot be written there ({why}).") from None
+    path.unlink(missing_ok=True)
     return path
 
 

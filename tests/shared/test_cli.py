@@ -70,7 +70,11 @@ def test_a_bad_device_is_a_usage_error(device, complaint, capsys):
         ("x.jpg", "must name a .png file, got 'x.jpg'"),
         ("", "must name a file, got ''"),
         ("nowhere/x.png", "the folder 'nowhere' does not exist"),
-        ("/proc/functional_ws.png", "the file cannot be written there"),  # even by root
+        pytest.param(
+            "/proc/functional_ws.png",
+            "the file cannot be written there",  # even by root
+            marks=pytest.mark.skipif(not Path("/proc").is_dir(), reason="no /proc here"),
+        ),
     ],
     ids=["jpg", "empty", "missing-folder", "unwritable"],
 )
@@ -81,6 +85,22 @@ def test_a_png_that_cannot_be_written_is_a_usage_error_before_the_demo(png, comp
     captured = capsys.readouterr()
     assert "python -m interop: error: argument --png: png " in captured.err
     assert complaint in captured.err and captured.out == ""  # nothing of the demo ran
+
+
+def test_the_png_check_touches_nothing_and_refuses_what_is_no_file(tmp_path, monkeypatch):
+    """A dangling link was followed (its target made, the link removed); a pipe blocked
+    the probe. An existing file is kept as it was."""
+    monkeypatch.chdir(tmp_path)
+    os.symlink(tmp_path / "nowhere.png", "link.png")
+    with pytest.raises(ValueError, match="not a regular file"):
+        png_path("link.png")
+    assert os.path.islink("link.png") and not (tmp_path / "nowhere.png").exists()
+    os.mkfifo("pipe.png")
+    with pytest.raises(ValueError, match="not a regular file"):
+        png_path("pipe.png")
+    Path("kept.png").write_bytes(b"old")
+    assert png_path("kept.png") == Path("kept.png") and Path("kept.png").read_bytes() == b"old"
+    assert png_path("new.png") == Path("new.png") and not Path("new.png").exists()
 
 
 def test_a_png_without_a_suffix_gets_one_and_the_demo_says_which_file(tmp_path, monkeypatch):
