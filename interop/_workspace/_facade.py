@@ -752,6 +752,8 @@ class WorkspaceManager:
                 tensor of another shape or dtype.
             PersistentKeyLockedError: (``AssertionError``) locked and the key is new.
             InvalidSpecError: (``ValueError``) a bad shape or dtype.
+            UnhashableKeyError: (``TypeError`` and ``ValueError``) a key that cannot be
+                hashed, naming it.
 
         Example:
             >>> import torch

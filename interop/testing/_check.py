@@ -239,7 +239,7 @@ def _warn_untested(config: MachineConfig, runs: list[Exercised]) -> None:
 
 #: A failure's message or shrunk calls name a slot other than the first ("ubatch 1",
 #: "lane 2", "slot=(0, 1)").
-_OTHER_SLOT = re.compile(r"\b(?:ubatch|lane) [1-9]|\bslot[= ]\((?:\d+, [1-9]|[1-9]\d*, \d+)\)")
+_OTHER_SLOT = re.compile(r"\b(?:ubatch|lane) [1-9]|\bslot[= ]\((?:\d+, [1-9]\d*|[1-9]\d*, \d+)\)")
 
 SELECTOR_NOTE = (
     "Several slots, and this failure involves one past the first: a manager that mixes slots "

@@ -73,7 +73,8 @@ class MachineConfig:
             at the offset the core planned from one base per buffer, the same ``intact``,
             and the core's own error class for every refusal.
         alignment: the byte alignment the manager promises every view (vLLM's: 256), a
-            power of two: what the alignment families check, and the block the requests
+            power of two from 8 (the largest itemsize the kit asks for) up: what the
+            alignment families check, and the block the requests
             aimed at a retained span are padded to (``intact`` and ``locked`` count in it).
         empty_requests: whether ``get_simultaneous`` is asked for zero bytes in all (the
             original crashes on one to a slot that never grew: a real bug, found by
@@ -84,7 +85,7 @@ class MachineConfig:
             callable, a count or ``alignment`` is not an int, ``empty_requests`` not a bool,
             or ``properties`` not an iterable of strings.
         ValueError: an unknown property, a count below one, an ``alignment`` that is not a
-            positive power of two, or more than one ubatch (lane) without ``use_ubatch``
+            power of two from 8 up, or more than one ubatch (lane) without ``use_ubatch``
             (``use_lane``).
 
     Example:
@@ -129,7 +130,8 @@ class MachineConfig:
             )
         if not is_int(self.alignment):
             raise TypeError(f"alignment must be an int, got {self.alignment!r}.")
-        check_int(self.alignment, "alignment", minimum=1, maximum=2**30)
+        # at least the largest itemsize the kit asks for (8): a padded request adds up
+        check_int(self.alignment, "alignment", minimum=8, maximum=2**30)
         if self.alignment & (self.alignment - 1):
             raise ValueError(
                 f"alignment must be a positive power of two (the byte alignment the manager "

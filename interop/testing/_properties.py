@@ -11,9 +11,10 @@ DESCRIPTIONS: dict[str, str] = {
     "the views of one call in the same one",
     "disjoint": "views of one call never overlap, nor do views of different slots or "
     "persistent tensors",
-    "relative_alignment": "the views of one buffer lie at multiples of 256 bytes from each other",
-    "absolute_alignment": "every view's data_ptr() is a multiple of 256, whatever address "
-    "the allocator gave the buffer",
+    "relative_alignment": "the views of one buffer lie at multiples of the alignment (256 bytes "
+    "unless the kit is told another) from each other",
+    "absolute_alignment": "every view's data_ptr() is a multiple of the alignment, whatever "
+    "address the allocator gave the buffer",
     "intact": "get_retained says intact=True only when the bytes the previous call left are "
     "really unchanged (same key, same span, no scribble, no reallocation), and says so "
     "whenever nothing reached them (same key, shape and dtype, same buffer, no request since "

@@ -375,6 +375,7 @@ class ScratchAndRetainedRules(MachineBase):
     @rule()
     def check_absolute_alignment(self) -> None:
         note("check absolute alignment: the views since the last check, then fresh managers")
+        self.stats.probes += 1
         cfg = self.cfg
         block = cfg.alignment
         problem = next(

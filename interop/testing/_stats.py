@@ -43,6 +43,8 @@ class Exercised:
         rechecked: ``get_retained`` calls of the same key, shape and dtype in the same buffer
             after a request reached into the span (they must not say intact).
         refusals: calls refused while locked (each checked to leave everything as it was).
+        probes: absolute-alignment checks made (each of the views since the last, and of
+            fresh managers).
     """
 
     calls: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
@@ -53,11 +55,14 @@ class Exercised:
     kept: int = 0
     rechecked: int = 0
     refusals: int = 0
+    probes: int = 0
 
     def add(self, other: Exercised) -> None:
         """Count ``other``'s run into this one (a whole check's totals)."""
         self.calls.update(other.calls)
-        for name in ("growths", "reaches", "at_start", "intact", "kept", "rechecked", "refusals"):
+        for name in (
+            "growths", "reaches", "at_start", "intact", "kept", "rechecked", "refusals", "probes"
+        ):  # fmt: skip
             setattr(self, name, getattr(self, name) + getattr(other, name))
 
     def untested(self, properties: frozenset[str]) -> list[str]:
@@ -75,6 +80,7 @@ class Exercised:
             "containment": (self.growths, "no buffer grown"),
             "disjoint": (self.calls["get_simultaneous"], "no get_simultaneous call"),
             "relative_alignment": (self.calls["get_simultaneous"], "no get_simultaneous call"),
+            "absolute_alignment": (self.probes, "no absolute-alignment check"),
             "intact": (self.intact + self.kept + self.rechecked, "no get_retained answer checked"),
             "locked": (self.refusals, "no refusal while locked"),
             "persistent": (
