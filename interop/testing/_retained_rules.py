@@ -366,7 +366,10 @@ class ScratchAndRetainedRules(MachineBase):
         assert span is not None, f"{said} the buffer was freed"
         now = read(span)
         k = first_difference(now, record.pattern)
-        assert k is None, f"{said} byte {k} changed ({record.pattern[k]:#04x} -> {now[k]:#04x})"
+        assert k is None, (
+            f"{said} byte {k} changed ({record.pattern[k]:#04x} -> {now[k]:#04x})"
+            + STALE_HINT * track.buffer.stale
+        )
         assert self.model.expected_intact(index, key, start), f"{said} its modelled bytes changed"
 
     # ----- absolute alignment -----

@@ -255,9 +255,10 @@ def test_views_of_a_retired_buffer_are_called_stale_not_a_growth(locked):
             m.StaleMemo, properties=families, empty_requests=False, settings=ONE_BUG,
             **ORIGINAL_SLOTS,
         )  # fmt: skip
-    assert STALE_HINT in str(info.value)  # the message; unlocked, the shrunk calls' notes too
+    # the message says it, or (the failure found first depends on when the collector frees
+    # a retired buffer) the shrunk calls' notes do where the stale buffer was met
     noted = any(n.startswith("  -> a new buffer") and STALE_HINT in n for n in info.value.__notes__)
-    assert noted or locked
+    assert STALE_HINT in str(info.value) or noted, info.value
 
 
 def test_a_slot_remembers_its_latest_earlier_buffers():

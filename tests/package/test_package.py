@@ -28,7 +28,9 @@ DISPLAY_NAMES = {
     "format_bytes", "plot", "plot_timeline", "render", "render_html", "slot_pictures",
     "timeline_html",
 }  # fmt: skip
-FAST_PATH_NAMES = {"fit", "fit_plain", "layout_of", "replay_acquire", "replay_retain"}
+FAST_PATH_NAMES = {
+    "fit", "fit_plain", "interchangeable_keys", "layout_of", "replay_acquire", "replay_retain",
+}  # fmt: skip
 TESTING_NAMES = {
     "DEFAULT_DTYPES", "Transitions", "WorkspaceMachine", "WorkspaceModel", "dtypes", "keys",
     "register_profiles", "shapes", "slots", "spec_lists", "specs", "states", "traces",
