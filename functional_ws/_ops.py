@@ -175,8 +175,9 @@ def _after_retain(
     and nothing reached into it or reallocated the slot since).
 
     The slot remembers the latest key, as the original does: a key equal to the last one
-    but not the same object replaces it (equality need not be transitive: after
-    ``np.float32(2**24)`` then ``2**24 + 1``, the key ``2**24`` is another one)."""
+    but not interchangeable with it (:func:`interchangeable_keys`: another type) replaces it
+    (equality need not be transitive: after ``np.float32(2**24)`` then ``2**24 + 1``, the
+    key ``2**24`` is another one)."""
     start = (current.capacity - nbytes) & -alignment  # rounded down to the alignment
     intact = current.retained == (key, start)
     if intact and nbytes <= current.high_water and interchangeable_keys(current.retained[0], key):  # type: ignore[index]

@@ -266,9 +266,8 @@ def results_to_torch(
     whose result is read here, and ``originals`` the leaves they were handed over from (torch
     tensors among them). An input returned as is comes back over its tensor's bytes with its
     version counter (:func:`as_input`: documented, it aliases the input); any other array
-    over an input tensor's bytes, and one something else
-    holds (a constant the function closes over: :func:`held_elsewhere`), gets a buffer of
-    its own."""
+    over an input tensor's bytes, and one something else holds (a constant the function
+    closes over: :func:`held_elsewhere`), gets a buffer of its own."""
     leaves, treedef = jax.tree_util.tree_flatten(result)
     own: dict[int, Any] = {}
     if inputs is not None:

@@ -235,8 +235,7 @@ def last_plans(state: WorkspaceState, memos: list[Memo]) -> dict[tuple[int, int]
     """Per slot that served a request, the plan of its last one (what pictures draw).
 
     A request served the short way left its ``specs`` (the slot is the memo's): the core
-    plans its layout
-    (:func:`functional_ws.fast_paths.layout_of`)."""
+    plans its layout (:func:`functional_ws.fast_paths.layout_of`)."""
     plans = {}
     for i, memo in enumerate(memos):
         last = memo.last
