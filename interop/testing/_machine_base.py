@@ -171,9 +171,11 @@ class MachineBase(RuleBasedStateMachine):
             locked = "locked" in self.properties and bool(self.manager.is_locked())
         except Exception as err:
             failed(f"{call} (or is_locked() on what it made)", err)
+        state = None
         if cfg.core_state is not None:
-            self.mirror = CoreMirror(cfg.core_state(self.manager))
-        _check_alignment_told(cfg, self.manager)
+            state = cfg.core_state(self.manager)
+            self.mirror = CoreMirror(state)
+        _check_alignment_told(cfg, self.manager, state)
         self.model.locked = locked
 
     # ----- calling the manager -----
@@ -475,11 +477,11 @@ def _range_of(tensor: torch.Tensor, call: str) -> Range:
     return (start, start + nbytes_of(tensor), f"the tensor {call} returned")
 
 
-def _check_alignment_told(cfg: MachineConfig, manager: Any) -> None:
-    """Refuse a manager built on :mod:`functional_ws` whose state says it aligns views to
-    other than ``cfg.alignment``: checked at the wrong alignment, a correct manager fails
-    ``intact`` and ``locked`` (the aimed requests are padded to the kit's)."""
-    state = cfg.core_state(manager) if cfg.core_state is not None else None
+def _check_alignment_told(cfg: MachineConfig, manager: Any, state: Any) -> None:
+    """Refuse a manager built on :mod:`functional_ws` whose state (``core_state``'s, else
+    its own ``state`` property) says it aligns views to other than ``cfg.alignment``:
+    checked at the wrong alignment, a correct manager fails ``intact`` and ``locked`` (the
+    aimed requests are padded to the kit's)."""
     if state is None and isinstance(getattr(type(manager), "state", None), property):
         # (interop.WorkspaceManager's); nothing else of a manager's is asked: the families
         # left out call nothing (tests/kit: test_rules_of_families_left_out_do_not_run)
