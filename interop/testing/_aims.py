@@ -61,9 +61,9 @@ def padded_request(
 
     Each view covers its padded size (a multiple of ``alignment``) or up to ``alignment - 1``
     bytes less, so the last byte written may lie anywhere in its last block: every view
-    fills its blocks, or every view ends one byte
-    into its last block (so the padding, not the bytes, makes the total; half the requests
-    are that, in as many views as fit), or each view ends anywhere. An empty view may follow,
+    fills its blocks, or every view ends one byte into its last block (so the padding, not
+    the bytes, makes the total; half the requests are that, in as many views as fit), or
+    each view ends anywhere. An empty view may follow,
     at the very end. Shrinks towards one ``uint8``-like view (the first of ``dtypes``) that
     fills the whole total.
 

@@ -60,7 +60,7 @@ def make_machine(
             below one, or more than one ubatch (lane) without ``use_ubatch`` (``use_lane``).
         TypeError: ``factory`` or a selector is not callable, a count is not an int,
             ``properties`` not names, ``empty_requests`` not a bool, ``alignment`` not an
-            int (a ``ValueError`` where it is not a positive power of two).
+            int (a ``ValueError`` where it is not a power of two from 8 up).
 
     Example:
         >>> import interop
@@ -125,8 +125,8 @@ def check_workspace(
         empty_requests: ``False`` makes no ``get_simultaneous`` request of zero bytes in
             all. vLLM's original raises ``TypeError`` on one to a slot that never grew; the
             default finds that, and ``False`` looks past it for other bugs.
-        alignment: the byte alignment the manager promises every view, a power of two:
-            vLLM's 256 by default; for a manager made with another (such as
+        alignment: the byte alignment the manager promises every view, a power of two from
+            8 up: vLLM's 256 by default; for a manager made with another (such as
             ``interop.WorkspaceManager(..., alignment=512)``), say so, or a correct
             manager fails ``intact`` and ``locked`` (their requests are padded to it).
         settings: Hypothesis settings, used as given; ``None`` uses the loaded profile
@@ -158,12 +158,12 @@ def check_workspace(
             others, each shrunk, are summarised in its notes. A ``hypothesis.errors.Flaky``
             failure (one that did not replay) is raised as Hypothesis raises it.
         ValueError: an unknown property name, a bad count, a missing selector, an
-            ``alignment`` that is not a power of two or not the one an
+            ``alignment`` that is not a power of two from 8 up or not the one an
             ``interop.WorkspaceManager``'s state says, or a manager whose views are on the
             meta device (the kit checks real bytes and addresses).
         TypeError: ``factory`` or a selector is not callable, a count is not an int,
             ``properties`` not names, ``empty_requests`` not a bool, ``alignment`` not an
-            int (a ``ValueError`` where it is not a positive power of two), ``settings`` not a
+            int (a ``ValueError`` where it is not a power of two from 8 up), ``settings`` not a
             ``hypothesis.settings``.
 
     Example:

@@ -74,8 +74,8 @@ class MachineConfig:
             and the core's own error class for every refusal.
         alignment: the byte alignment the manager promises every view (vLLM's: 256), a
             power of two from 8 (the largest itemsize the kit asks for) up: what the
-            alignment families check, and the block the requests
-            aimed at a retained span are padded to (``intact`` and ``locked`` count in it).
+            alignment families check, and the block the requests aimed at a retained span
+            are padded to (``intact`` and ``locked`` count in it).
         empty_requests: whether ``get_simultaneous`` is asked for zero bytes in all (the
             original crashes on one to a slot that never grew: a real bug, found by
             default; ``False`` makes no such request, to look past it).
