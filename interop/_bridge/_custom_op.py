@@ -56,6 +56,7 @@ import hashlib
 import re
 import sys
 import threading
+import types
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol
@@ -252,8 +253,11 @@ def traced_call(caller_key: str, args: tuple[Any, ...], kwargs: dict[str, Any]) 
     # (On detached tensors, not under no_grad: torch.export keeps a grad-mode switch as a
     # node of its own, which torch.export.load refuses.)
     probe = jax_call_probe(key, [t.detach() for t in tensors], ints, floats)
-    if trace_failed(key):  # fn raised, or returned what the graph cannot rebuild
-        return _call_failing_trace(caller_key, args, kwargs)
+    reason = trace_failure(key)
+    if reason:  # fn raised, or returned what the graph cannot rebuild
+        # (a runner whose graph-break reason carries the trace's error: fullgraph=True's)
+        runner: Callable[..., Any] = _failing_runners.get(reason, _call_failing_trace)
+        return runner(caller_key, args, kwargs)
     key = signed_key(key, tuple((r.dtype, r.dim()) for r in probe))
     results = jax_call_op(key, tensors, ints, floats)
     return rebuild(result_structure(key), iter(results), iter(()))
@@ -298,6 +302,41 @@ transforms_traced = constant_result(_transforms_traced)
 run_eagerly(_call_eagerly, EAGER_ADVICE)  # type: ignore[arg-type]
 run_eagerly(_call_under_transform, TRANSFORM_ADVICE)  # type: ignore[arg-type]
 run_eagerly(_call_failing_trace, TRACE_FAILED_ADVICE)  # type: ignore[arg-type]
+
+#: Per graph-break reason (:data:`TRACE_FAILED_ADVICE` and a trace's error), a copy of
+#: :func:`_call_failing_trace` breaking with that reason, so that ``fullgraph=True``'s error
+#: shows the function's own error. Made outside Dynamo's tracing (:func:`_probe_fake`),
+#: where Dynamo only looks one up; the oldest leaves past :data:`MAX_FAILING_RUNNERS`.
+_failing_runners: dict[str, Callable[..., Any]] = {}
+_runners_lock = threading.Lock()
+renew_after_fork(sys.modules[__name__], "_runners_lock")  # after a fork: free
+MAX_FAILING_RUNNERS = 64
+#: How much of a trace's error message a graph-break reason quotes.
+QUOTED_ERROR_CHARS = 2000
+
+
+def _failure_reason(err: BaseException) -> str:
+    """The graph-break reason of a call whose trace raised ``err``, with a runner for it
+    in :data:`_failing_runners`."""
+    kind = type(err)
+    name = kind.__qualname__
+    if kind.__module__ != "builtins":
+        name = f"{kind.__module__}.{name}"
+    text = str(err)
+    if len(text) > QUOTED_ERROR_CHARS:
+        text = text[:QUOTED_ERROR_CHARS] + " [...]"
+    reason = f"{TRACE_FAILED_ADVICE} The trace's error: {name}: {text}"
+    with _runners_lock:
+        if reason not in _failing_runners:
+            if len(_failing_runners) >= MAX_FAILING_RUNNERS:
+                del _failing_runners[next(iter(_failing_runners))]
+            base = _call_failing_trace
+            runner = types.FunctionType(
+                base.__code__, base.__globals__, base.__name__, base.__defaults__, base.__closure__
+            )
+            run_eagerly(runner, reason)
+            _failing_runners[reason] = runner
+    return reason
 
 
 # ----- entries: one per (wrapper, description); the op's key names one -----
@@ -590,9 +629,11 @@ def _result_structure(key: str) -> Any:
     return _entry(key).result
 
 
-def _trace_failed(key: str) -> bool:
-    """Whether the probe's trace of entry ``key``'s function, just made, failed."""
-    return getattr(_traced, "failed", None) == key
+def _trace_failure(key: str) -> str:
+    """Why the probe's trace of entry ``key``'s function, just made, failed: the graph
+    break's reason, naming the trace's error; ``""`` where it did not fail."""
+    failed = getattr(_traced, "failed", None)
+    return failed[1] if failed is not None and failed[0] == key else ""
 
 
 #: The entry's key for a wrapper and a description (a constant of the traced graph).
@@ -601,8 +642,8 @@ op_key = constant_result(_op_key)
 signed_key = constant_result(_signed_key)
 #: The description of the entry's result, once the op's fake implementation has run.
 result_structure = constant_result(_result_structure)
-#: Whether the probe's trace failed (:func:`traced_call` then runs the call eagerly).
-trace_failed = constant_result(_trace_failed)
+#: Why the probe's trace failed, or ``""`` (:func:`traced_call` then runs the call eagerly).
+trace_failure = constant_result(_trace_failure)
 
 
 def _describe_result(result: Any) -> tuple[Any, list[Any]]:
@@ -950,8 +991,8 @@ def _probe_fake(
     inputs = _empty_inputs(tensors, ints, floats)
     try:
         _, found = _abstract_results(entry, *inputs, fresh=True, semantics=True)
-    except Exception:
-        _traced.failed = key
+    except Exception as err:
+        _traced.failed = (key, _failure_reason(err))
         return []
     _traced.semantics = (key, entry.semantics[inputs])
     return _empties(found, tensors)

@@ -9,6 +9,7 @@ compiles: inductor's are slow (see the durations ``pytest --durations`` reports)
 
 from __future__ import annotations
 
+import re
 from typing import NamedTuple
 
 import jax
@@ -180,6 +181,22 @@ def test_a_trace_failure_is_raised_as_itself_not_wrapped_by_dynamo(backend, fn, 
     with pytest.raises(RuntimeError) as caught:
         torch.compile(lambda x: wrapped(x), backend=backend, fullgraph=True)(torch.ones(3))
     assert TRACE_FAILED_ADVICE in str(caught.value)
+    # fullgraph=True's error shows the function's own error too, its type named
+    named = error.__qualname__ if error.__module__ == "builtins" else f"{error.__module__}."
+    assert f"The trace's error: {named}" in str(caught.value)
+    assert re.search(match, str(caught.value))
+
+
+def test_a_fullgraph_error_quotes_each_functions_own_trace_error():
+    """Two functions failing differently: each call's fullgraph error quotes its own."""
+    for text in ("first failure", "second failure"):
+
+        def fn(x, text=text):
+            raise KeyError(text)
+
+        wrapped = interop.jax_call(fn)
+        with pytest.raises(RuntimeError, match=f"The trace's error: KeyError: '{text}'"):
+            torch.compile(wrapped, backend="eager", fullgraph=True)(torch.ones(2))
 
 
 def test_a_trace_that_failed_before_is_traced_again_and_becomes_the_op_once_it_passes():
