@@ -79,7 +79,20 @@ _NO_PLAIN = object()
 
 def _plain_value(key: Hashable) -> Any:
     """The plain JSON-able value ``key`` equals and hashes as (a NumPy number's, a tuple
-    subclass's tuple, a ``str`` subclass's str), or ``_NO_PLAIN`` (an enum keeps its name)."""
+    subclass's tuple, a ``str`` subclass's str), or ``_NO_PLAIN`` (an enum keeps its name;
+    a subclass with an equality or hash of its own that the plain value does not share is
+    another key to a manager, so it goes by ``repr``)."""
+    plain = _plain_candidate(key)
+    if plain is _NO_PLAIN or type(plain) is type(key):
+        return plain
+    try:
+        same = bool(plain == key) and bool(key == plain) and hash(plain) == hash(key)
+    except Exception:  # (a key's own __eq__ or __hash__ may raise anything)
+        same = False
+    return plain if same else _NO_PLAIN
+
+
+def _plain_candidate(key: Hashable) -> Any:
     if isinstance(key, enum.Enum):
         return _NO_PLAIN
     if isinstance(key, tuple):

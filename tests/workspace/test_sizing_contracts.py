@@ -253,3 +253,50 @@ def test_the_default_search_keeps_no_example_database(monkeypatch):
         hypothesis_settings.load_profile(loaded)
     (chosen,) = seen
     assert chosen.database is None and chosen.deadline is None
+
+
+# ----- a key that is not its plain value as a key -----
+
+
+class _Tagged(int):
+    """An int subclass that is not its plain value as a key: its own eq and hash."""
+
+    def __eq__(self, other):
+        return type(other) is _Tagged and int(self) == int(other)
+
+    def __hash__(self):
+        return hash(("Tagged", int(self)))
+
+
+class _Label(str):
+    """A str subclass hashing apart from its text (equal to it)."""
+
+    def __hash__(self):
+        return hash(("Label", str(self)))
+
+
+class _Pair(tuple):
+    """A tuple subclass equal only to its own kind."""
+
+    def __eq__(self, other):
+        return type(other) is _Pair and tuple(self) == tuple(other)
+
+    def __hash__(self):
+        return hash(("Pair", tuple(self)))
+
+
+@pytest.mark.parametrize(
+    "live, plain", [(_Tagged(3), 3), (_Label("w"), "w"), (_Pair(("w", 1)), ("w", 1))],
+    ids=["int-subclass", "str-subclass", "tuple-subclass"],
+)  # fmt: skip
+def test_a_key_that_is_not_its_plain_value_as_a_key_replays_as_written(live, plain):
+    """Written as its plain value, it read back as a key a manager holding it does not
+    hold, and as one a manager holding the plain value does: locked, that manager refuses
+    the live key, and the read-back trace said it was covered."""
+    written = fws.Trace().claim((0, 0), live)
+    back = fws.Trace.from_json(written.to_json())
+    assert isinstance(back.events[0].key, fws.ReprKey)
+    for held, short in ((live, 0), (plain, 1)):
+        state = _locked_holding(held)
+        assert len(fws.replay(state, written)) == short
+        assert len(fws.replay(state, back)) == short
