@@ -518,7 +518,10 @@ def test_a_default_device_keeps_the_memo(how):
 
     ws = interop.WorkspaceManager("cpu")
     ws.get_simultaneous(((4096,), U8))
-    previous = torch.get_default_device()
+    # None where no default device was set (get_default_device answers cpu then, and
+    # setting cpu back would leave a device mode on for every later test)
+    context = getattr(torch._GLOBAL_DEVICE_CONTEXT, "device_context", None)
+    previous = None if context is None else torch.get_default_device()
     with contextlib.ExitStack() as stack:
         if how == "context":
             stack.enter_context(torch.device("cpu"))
