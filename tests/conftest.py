@@ -47,6 +47,26 @@ def allocator(request, monkeypatch):
     return request.param
 
 
+@pytest.fixture(autouse=True)
+def _no_torch_mode_left_on():
+    """Fail a test that leaves a torch function or dispatch mode on (``set_default_device``
+    restored with the ``cpu`` it read, where ``None`` clears it): every later test would
+    run the library's paths for modes. The modes are cleared, so only that test fails."""
+    yield
+    from torch.overrides import _get_current_function_mode_stack
+    from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+
+    left = [*_get_current_function_mode_stack(), *_get_current_dispatch_mode_stack()]
+    if not left:
+        return
+    torch.set_default_device(None)
+    while _get_current_function_mode_stack():
+        torch._C._pop_torch_function_stack()
+    while _get_current_dispatch_mode_stack():
+        torch._C._pop_torch_dispatch_stack()
+    pytest.fail(f"the test left torch modes on: {[type(m).__name__ for m in left]}")
+
+
 def enable_x64():
     """JAX's 64-bit mode inside a ``with`` block: ``jax.enable_x64`` where this jax has it,
     ``jax.experimental.enable_x64`` on older releases."""
