@@ -270,8 +270,12 @@ def results_to_torch(
     closes over: :func:`held_elsewhere`), gets a buffer of its own."""
     leaves, treedef = jax.tree_util.tree_flatten(result)
     own: dict[int, Any] = {}
-    if inputs is not None:
-        own = {id(array): t for array, t in itertools.zip_longest(inputs, originals)}
+    if inputs is not None:  # an input tensor's array: returned as is, the input again
+        own = {
+            id(array): t
+            for array, t in itertools.zip_longest(inputs, originals)
+            if isinstance(t, torch.Tensor)
+        }
     seen = {t.data_ptr() for t in originals if isinstance(t, torch.Tensor) and t.numel()}
     tensors = []
     for leaf in leaves:

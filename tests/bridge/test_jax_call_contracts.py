@@ -98,3 +98,17 @@ def test_x64_on_accepts_a_64_bit_numpy_argument(grad):
         x = torch.ones(1, dtype=torch.float64, requires_grad=grad)
         out = call(x, np.array([2**40 + 5], np.int64))
         assert out.dtype == torch.float64 and out.item() == 2.0**40 + 5
+
+
+@pytest.mark.parametrize("requires_grad", [True, False], ids=["grad", "no-grad"])
+def test_a_jax_array_argument_returned_as_is_comes_back_as_a_copy(requires_grad):
+    """An eager function returning a JAX array it was passed (not a tensor): the result is
+    a tensor of its own, with grad on as off, so an in-place op on it leaves the JAX array
+    (which JAX takes as immutable) as it was."""
+    passthrough = interop.jax_call(lambda x, c: (x * 1, c))
+    c = jnp.arange(4.0)
+    _, got = passthrough(torch.ones(4, requires_grad=requires_grad), c)
+    with torch.no_grad():
+        got.add_(100.0)
+    assert c.tolist() == [0.0, 1.0, 2.0, 3.0]
+    assert got.tolist() == [100.0, 101.0, 102.0, 103.0]
