@@ -587,7 +587,12 @@ def replay_retain(
     """
     i = span.index
     nbytes = span.spec.nbytes
-    if not _same_geometry(state, span) or nbytes > state.slots[i].capacity:
+    slots = state.slots
+    if not _same_geometry(state, span) or nbytes > slots[i].capacity:
+        return retain(state, span.slot, span.key, span.spec)
+    if state.growth != "slot" and any(
+        nbytes > slots[j].capacity for j in _policy_targets(state, i)
+    ):  # retain grows the lane's other ubatch slots too (a failed growth emptied one)
         return retain(state, span.slot, span.key, span.spec)
     current = state.slots[i]
     after, start, intact = _after_retain(current, span.key, nbytes, state.alignment)

@@ -68,6 +68,28 @@ def test_a_retained_span_of_2_to_the_63_bytes_is_refused_before_any_growth(shape
         fws.ViewSpec.of(shape, U8)
 
 
+@pytest.mark.parametrize("locked", [False, True])
+def test_replay_retain_equals_retain_when_another_ubatch_slot_lost_its_buffer(locked):
+    """``replay_retain`` promises ``retain``'s result for every state; under "ubatches" a
+    retain whose own slot fits still grows (or, locked, is refused for) a bare ubatch slot
+    of its lane (``test_retain_in_an_unchanged_slot_keeps_the_growth_of_its_lanes_other_
+    ubatches``)."""
+    from functional_ws.fast_paths import replay_retain
+
+    s = fws.initial_state(num_ubatches=2, growth="ubatches")
+    s, _ = fws.acquire(s, S, ((1000,), U8))
+    s, span, _ = fws.retain(s, S, "kv", ((100,), U8))
+    s = fws.after_failed_growth(s, s, {(1, 0): 0})  # the other ubatch lost its buffer
+    if locked:
+        s = fws.lock(s)
+        with pytest.raises(fws.WorkspaceLockedError):
+            fws.retain(s, S, "kv", ((100,), U8))
+        with pytest.raises(fws.WorkspaceLockedError):
+            replay_retain(s, span.without_growth())
+    else:
+        assert replay_retain(s, span.without_growth()) == fws.retain(s, S, "kv", ((100,), U8))
+
+
 def test_apply_plan_grows_each_slot_to_its_own_capacity_under_the_ubatches_policy():
     """The plan already says what every slot needs: the policy does not spread it."""
     fresh = fws.initial_state(num_ubatches=2, growth="ubatches")
