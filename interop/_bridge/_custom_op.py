@@ -322,7 +322,10 @@ def _failure_reason(err: BaseException) -> str:
     name = kind.__qualname__
     if kind.__module__ != "builtins":
         name = f"{kind.__module__}.{name}"
-    text = str(err)
+    try:
+        text = str(err)
+    except Exception:  # (an exception's own __str__ may raise anything)
+        text = "<its message could not be read>"
     if len(text) > QUOTED_ERROR_CHARS:
         text = text[:QUOTED_ERROR_CHARS] + " [...]"
     reason = f"{TRACE_FAILED_ADVICE} The trace's error: {name}: {text}"

@@ -199,6 +199,20 @@ def test_a_fullgraph_error_quotes_each_functions_own_trace_error():
             torch.compile(wrapped, backend="eager", fullgraph=True)(torch.ones(2))
 
 
+class _Unprintable(ValueError):
+    def __str__(self):
+        raise RuntimeError("no message")
+
+
+def test_a_trace_error_whose_message_cannot_be_read_still_breaks_the_graph_clearly():
+    def fn(x):
+        raise _Unprintable()
+
+    wrapped = interop.jax_call(fn)
+    with pytest.raises(RuntimeError, match="_Unprintable: <its message could not be read>"):
+        torch.compile(wrapped, backend="eager", fullgraph=True)(torch.ones(2))
+
+
 def test_a_trace_that_failed_before_is_traced_again_and_becomes_the_op_once_it_passes():
     """The failure is the trace's just made, not one kept from an earlier trace: once fn
     traces (what made it raise is gone), fullgraph=True compiles the call as the op."""
