@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import enable_x64
-from support.torch_call import F32, path, spec  # noqa: F401  (path: a fixture)
+from support.torch_call import F32, bridge_tensor_locals, path, spec  # noqa: F401  (path: a fixture)
 
 import interop
 from interop import errors
@@ -146,31 +146,6 @@ def test_an_eager_failure_is_raised_itself_when_the_store_is_full():
         call(jnp.ones(2, F32))
 
 
-def _bridge_tensor_locals(err: BaseException) -> list[str]:
-    """The names of tensors held by a frame of the bridge that ``err``'s traceback reaches
-    (its frames, and the frames that called them)."""
-    frames, tb = [], err.__traceback__
-    while tb is not None:
-        frames.append(tb.tb_frame)
-        tb = tb.tb_next
-    found, seen = [], set()
-    for frame in frames:
-        while frame is not None and id(frame) not in seen:
-            seen.add(id(frame))
-            if "interop" in frame.f_code.co_filename:
-                found += [
-                    f"{frame.f_code.co_name}:{name}"
-                    for name, value in frame.f_locals.items()
-                    if isinstance(value, torch.Tensor)
-                    or (
-                        isinstance(value, (list, tuple))
-                        and any(isinstance(v, torch.Tensor) for v in value)
-                    )
-                ]
-            frame = frame.f_back
-    return found
-
-
 @pytest.mark.usefixtures("path")
 def test_an_eager_failure_reaches_no_tensor_over_xlas_buffers_through_the_bridge():
     """The eager wrapper raises fn's own exception: its traceback goes from the caller to
@@ -185,7 +160,7 @@ def test_an_eager_failure_reaches_no_tensor_over_xlas_buffers_through_the_bridge
         interop.torch_call(fn, spec((2,)))(jnp.ones(2, F32))
     files = [frame.filename for frame in traceback.extract_tb(caught.value.__traceback__)]
     assert not any(name.endswith("_torch_callback.py") for name in files)
-    assert _bridge_tensor_locals(caught.value) == []
+    assert bridge_tensor_locals(caught.value) == []
 
 
 # ----- the expand_dims note is for a mapped backward only -----

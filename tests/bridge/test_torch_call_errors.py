@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
-from support.torch_call import F32, path, spec  # noqa: F401  (path: a fixture)
+from support.torch_call import F32, bridge_tensor_locals, path, spec  # noqa: F401  (path: a fixture)
 
 import interop
 from interop import errors
@@ -289,31 +289,6 @@ def test_a_failure_under_jit_keeps_no_locals_of_fn_alive():
     assert [ref() for ref in alive] == [None, None, None]
 
 
-def _library_tensor_locals(err: BaseException) -> list[str]:
-    """The names of tensors held by a frame of the bridge that ``err``'s traceback reaches
-    (its frames, and the frames that called them)."""
-    frames, tb = [], err.__traceback__
-    while tb is not None:
-        frames.append(tb.tb_frame)
-        tb = tb.tb_next
-    found, seen = [], set()
-    for frame in frames:
-        while frame is not None and id(frame) not in seen:
-            seen.add(id(frame))
-            if "interop" in frame.f_code.co_filename:
-                found += [
-                    f"{frame.f_code.co_name}:{name}"
-                    for name, value in frame.f_locals.items()
-                    if isinstance(value, torch.Tensor)
-                    or (
-                        isinstance(value, (list, tuple))
-                        and any(isinstance(v, torch.Tensor) for v in value)
-                    )
-                ]
-            frame = frame.f_back
-    return found
-
-
 @pytest.mark.usefixtures("path")
 def test_a_kept_failure_reaches_no_tensor_over_xlas_buffers():
     """XLA reuses the callback's buffers once it returns: a failure kept under jit (or
@@ -323,7 +298,7 @@ def test_a_kept_failure_reaches_no_tensor_over_xlas_buffers():
     with pytest.raises(jax.errors.JaxRuntimeError):
         jax.block_until_ready(call(jnp.ones(2, F32)))
     (number,) = set(_torch_callback._failures) - before
-    assert _library_tensor_locals(_torch_callback._failures[number]) == []
+    assert bridge_tensor_locals(_torch_callback._failures[number]) == []
 
 
 class _FailsBackward(torch.autograd.Function):
@@ -344,7 +319,7 @@ def test_a_kept_backward_failure_reaches_no_tensor_over_xlas_buffers():
     with pytest.raises(jax.errors.JaxRuntimeError, match="no backward"):
         jax.block_until_ready(step(jnp.ones(2, F32)))
     (number,) = set(_torch_callback._failures) - before
-    assert _library_tensor_locals(_torch_callback._failures[number]) == []
+    assert bridge_tensor_locals(_torch_callback._failures[number]) == []
 
 
 @pytest.mark.usefixtures("path")
