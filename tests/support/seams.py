@@ -95,3 +95,18 @@ def inconsistencies(ws: WorkspaceManager) -> list[str]:
         for row in table:
             problems.extend(f"memo of slot {memo.index} is dead" for memo in row if memo.dead)
     return problems
+
+
+def with_old_generation(ws: WorkspaceManager) -> Any:
+    """Fill ``ws``'s ``get_simultaneous`` memo, whose bound a test set to 8 (generations of
+    four): requests of 1-4 bytes memoised, then 5, so 1-4 are the old generation. Returns
+    ``use(n)``, the request of ``n`` bytes."""
+    ws.get_simultaneous(((4096,), torch.uint8))
+
+    def use(n: int) -> list[torch.Tensor]:
+        return ws.get_simultaneous(((n,), torch.uint8))
+
+    for n in (1, 2, 3, 4):
+        use(n), use(n)  # memoised
+    use(5), use(5)  # the young generation was full: 1-4 are the old one now
+    return use

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 from support.helpers import manager
-from support.seams import base_of, memo_of, slot_buffer
+from support.seams import base_of, memo_of, slot_buffer, with_old_generation
 
 import functional_ws as fws
 from interop._workspace._memo import (
@@ -68,14 +68,7 @@ def test_a_request_is_memoised_the_second_time_it_is_seen():
 def test_memo_evicts_the_least_recently_used(monkeypatch):
     monkeypatch.setattr("interop._workspace._memo.MAX_MEMOISED", 8)  # two generations of four
     ws = manager()
-    ws.get_simultaneous(((4096,), U8))
-
-    def use(n):
-        return ws.get_simultaneous(((n,), U8))
-
-    for n in (1, 2, 3, 4):
-        use(n), use(n)  # memoised
-    use(5), use(5)  # the young generation was full: 1-4 are the old one now
+    use = with_old_generation(ws)
     use(1)  # used again: back in the young generation
     for n in (6, 7, 8):
         use(n), use(n)  # the young one fills again: 2, 3, 4 (unused) are dropped

@@ -32,7 +32,7 @@ from __future__ import annotations
 import pytest
 import torch
 from support.helpers import manager
-from support.seams import in_slot_buffer, inconsistencies, memo_of
+from support.seams import in_slot_buffer, inconsistencies, memo_of, with_old_generation
 
 import interop._workspace._engine as engine_module
 from interop import CapacityLimitError, use_workspace_ubatch
@@ -92,14 +92,7 @@ def test_last_layouts_shows_a_hit_served_on_an_unchanged_state():
 def test_a_request_kept_in_the_old_generation_is_promoted_not_memoised_again(monkeypatch):
     monkeypatch.setattr("interop._workspace._memo.MAX_MEMOISED", 8)  # generations of four
     ws = manager()
-    ws.get_simultaneous(((4096,), U8))
-
-    def use(n):
-        return ws.get_simultaneous(((n,), U8))
-
-    for n in (1, 2, 3, 4):
-        use(n), use(n)  # memoised
-    use(5), use(5)  # the young generation was full: 1-4 are the old one now
+    use = with_old_generation(ws)
     memo = memo_of(ws)
     key = (((1,), U8),)
     entry = memo.old[key]
