@@ -594,7 +594,7 @@ def replay_retain(
         nbytes > slots[j].capacity for j in _policy_targets(state, i)
     ):  # retain grows the lane's other ubatch slots too (a failed growth emptied one)
         return retain(state, span.slot, span.key, span.spec)
-    current = state.slots[i]
+    current = slots[i]
     after, start, intact = _after_retain(current, span.key, nbytes, state.alignment)
     if start != span.offset:
         span = Span(span.slot, i, span.spec, span.key, start, span.alignment)

@@ -82,8 +82,8 @@ def _plain_value(key: Hashable) -> Any:
     subclass's tuple, a ``str`` subclass's str), or ``_NO_PLAIN`` (an enum keeps its name;
     a subclass with an equality or hash of its own that the plain value does not share is
     another key to a manager, so it goes by ``repr``)."""
-    plain = _plain_candidate(key)
-    if plain is _NO_PLAIN or type(plain) is type(key):
+    plain = _plain_candidate(key)  # (never of key's own type: key_to_json wrote those)
+    if plain is _NO_PLAIN:
         return plain
     try:
         same = bool(plain == key) and bool(key == plain) and hash(plain) == hash(key)
