@@ -60,10 +60,9 @@ class Exercised:
     def add(self, other: Exercised) -> None:
         """Count ``other``'s run into this one (a whole check's totals)."""
         self.calls.update(other.calls)
-        for name in (
-            "growths", "reaches", "at_start", "intact", "kept", "rechecked", "refusals", "probes"
-        ):  # fmt: skip
-            setattr(self, name, getattr(self, name) + getattr(other, name))
+        for field in dataclasses.fields(self):  # every count but the calls' Counter
+            if field.name != "calls":
+                setattr(self, field.name, getattr(self, field.name) + getattr(other, field.name))
 
     def untested(self, properties: frozenset[str]) -> list[str]:
         """What of the selected ``properties`` these counts never exercised, one phrase
