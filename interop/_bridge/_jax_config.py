@@ -25,6 +25,12 @@ from .._locks import renew_after_fork
 
 PREALLOCATE = "XLA_PYTHON_CLIENT_PREALLOCATE"
 MEM_FRACTION = "XLA_PYTHON_CLIENT_MEM_FRACTION"
+#: The fraction's newer name (XLA's since 2024, read before the old one; jaxlib refuses to
+#: start its GPU client when both are set).
+NEW_MEM_FRACTION = "XLA_CLIENT_MEM_FRACTION"
+#: The only values of PREALLOCATE that jaxlib reads as "off" (``xla_client``'s GPU
+#: options): ``no``, ``FALSE`` or `` false`` leave preallocation on.
+PREALLOCATE_OFF = ("false", "False", "0")
 ALLOCATOR = "XLA_PYTHON_CLIENT_ALLOCATOR"
 #: What JAX takes when nothing is set (JAX's GPU memory documentation).
 DEFAULT_FRACTION = 0.75
@@ -45,9 +51,11 @@ def configure_jax_for_sharing(
     """Set JAX's GPU allocator so it leaves the GPU to torch; call before JAX's first op.
 
     Sets ``XLA_PYTHON_CLIENT_PREALLOCATE`` (and ``XLA_PYTHON_CLIENT_MEM_FRACTION`` when
-    given) in ``os.environ``, which JAX reads when its backend starts. With
-    ``preallocate=False`` (the default) JAX allocates as it goes; ``mem_fraction`` then caps
-    its pool. With ``preallocate=True`` JAX takes exactly ``mem_fraction`` of the GPU up front.
+    given; ``XLA_CLIENT_MEM_FRACTION`` instead where the environment already has that
+    newer name, since jaxlib refuses both) in ``os.environ``, which JAX reads when its
+    backend starts. With ``preallocate=False`` (the default) JAX allocates as it goes;
+    ``mem_fraction`` then caps its pool. With ``preallocate=True`` JAX takes exactly
+    ``mem_fraction`` of the GPU up front.
 
     Args:
         preallocate: whether JAX may preallocate (then ``mem_fraction`` is required).
@@ -85,7 +93,9 @@ def configure_jax_for_sharing(
 
 def _settings(preallocate: bool, mem_fraction: float | None) -> dict[str, str]:
     if mem_fraction is not None and not (
-        isinstance(mem_fraction, (int, float)) and 0 < mem_fraction <= 1
+        isinstance(mem_fraction, (int, float))
+        and not isinstance(mem_fraction, bool)
+        and 0 < mem_fraction <= 1
     ):
         raise JaxSettingError(
             f"configure_jax_for_sharing: mem_fraction={mem_fraction!r} must be a number in "
@@ -98,7 +108,8 @@ def _settings(preallocate: bool, mem_fraction: float | None) -> dict[str, str]:
         )
     settings = {PREALLOCATE: "true" if preallocate else "false"}
     if mem_fraction is not None:
-        settings[MEM_FRACTION] = f"{float(mem_fraction):g}"
+        name = NEW_MEM_FRACTION if os.environ.get(NEW_MEM_FRACTION) else MEM_FRACTION
+        settings[name] = f"{float(mem_fraction):g}"
     return settings
 
 
@@ -128,7 +139,11 @@ def preallocation_notice(
 ) -> str | None:
     """What JAX has taken or will take of the GPU, or ``None`` when it leaves it alone.
 
-    A pure function of the environment and JAX's state, so every case can be tested.
+    A pure function of the environment and JAX's state, so every case can be tested. The
+    environment is read as jaxlib reads it when it starts its GPU client: preallocation
+    is off only for ``false``, ``False`` or ``0``; ``XLA_CLIENT_MEM_FRACTION`` before
+    ``XLA_PYTHON_CLIENT_MEM_FRACTION``; both set, JAX refuses to start it (and takes
+    nothing).
 
     Args:
         environ: the process environment.
@@ -148,7 +163,10 @@ def preallocation_notice(
     """
     if environ.get(ALLOCATOR, "").lower() == "platform":
         return None
-    if environ.get(PREALLOCATE, "").strip().lower() in ("false", "0", "no"):
+    if environ.get(PREALLOCATE) in PREALLOCATE_OFF:
+        return None
+    newer, older = environ.get(NEW_MEM_FRACTION), environ.get(MEM_FRACTION)
+    if newer and older and not started:  # jaxlib's own error will say so
         return None
     platforms = environ.get("JAX_PLATFORMS", "").lower()
     if platforms and not any(p in platforms for p in _GPU_PLATFORMS):
@@ -156,7 +174,7 @@ def preallocation_notice(
     if (started and not gpu_backend) or (not started and not gpu_plugin):
         return None
     try:
-        fraction = float(environ.get(MEM_FRACTION) or DEFAULT_FRACTION)
+        fraction = float(newer or older or DEFAULT_FRACTION)
     except ValueError:
         fraction = DEFAULT_FRACTION
     verb = "has preallocated" if started else "will preallocate, at its first operation,"
@@ -193,6 +211,12 @@ def warn_if_jax_preallocates(device: torch.device | str, *, stacklevel: int = 2)
     )
     if notice is None:
         return False
+    said = os.environ.get(PREALLOCATE)
+    misread = (
+        ""
+        if said is None or said.strip().lower() not in ("false", "0", "no", "off")
+        else f" ({PREALLOCATE}={said!r} is not off: JAX reads only false, False or 0 as off)"
+    )
     with _warned_lock:
         if _warned:
             return False
@@ -200,7 +224,7 @@ def warn_if_jax_preallocates(device: torch.device | str, *, stacklevel: int = 2)
     warnings.warn(
         JaxPreallocationWarning(
             f"functional_ws: the workspace lives on {device}, and JAX {notice} of this GPU's "
-            "memory, which torch and the workspace then cannot use. Call "
+            f"memory{misread}, which torch and the workspace then cannot use. Call "
             "interop.configure_jax_for_sharing() before JAX's first operation, or set "
             f"{PREALLOCATE}=false (or {MEM_FRACTION}=.25) in the environment before "
             "starting Python."

@@ -19,6 +19,7 @@ from interop._bridge._jax_config import (
     preallocation_notice,
     warn_if_jax_preallocates,
 )
+from interop._bridge._jax_config import NEW_MEM_FRACTION as NEW_FRACTION
 
 WILL = "will preallocate, at its first operation, 75%"
 NOTICES = [
@@ -53,7 +54,13 @@ def fresh_warning(monkeypatch):
     monkeypatch.setattr(_jax_config, "_warned", False)
     monkeypatch.setattr(_jax_config, "jax_backend_started", lambda: False)
     monkeypatch.setattr(_jax_config, "_gpu_plugin_installed", lambda: True)
-    for name in (PREALLOCATE, MEM_FRACTION, "XLA_PYTHON_CLIENT_ALLOCATOR", "JAX_PLATFORMS"):
+    for name in (
+        PREALLOCATE,
+        MEM_FRACTION,
+        NEW_FRACTION,
+        "XLA_PYTHON_CLIENT_ALLOCATOR",
+        "JAX_PLATFORMS",
+    ):
         monkeypatch.delenv(name, raising=False)
 
 
@@ -140,3 +147,85 @@ def test_configure_before_jax_starts_then_too_late():
     assert out.stdout.splitlines() == [settings, "false 0.25", settings, "refused: True"], (
         out.stderr[-2000:]
     )
+
+
+#: Environments as a user writes them, each read by jaxlib itself below.
+AS_JAXLIB_READS = [
+    ("nothing", {}),
+    ("off", {PREALLOCATE: "false"}),
+    ("off-capitalised", {PREALLOCATE: "False"}),
+    ("off-zero", {PREALLOCATE: "0"}),
+    ("no-is-not-off", {PREALLOCATE: "no"}),
+    ("upper-case-is-not-off", {PREALLOCATE: "FALSE"}),
+    ("padded-is-not-off", {PREALLOCATE: " false"}),
+    ("on", {PREALLOCATE: "true"}),
+    ("old-fraction", {MEM_FRACTION: ".4"}),
+    ("new-fraction", {NEW_FRACTION: ".2"}),
+    ("new-fraction-preallocating", {PREALLOCATE: "true", NEW_FRACTION: ".3"}),
+    ("new-fraction-off", {PREALLOCATE: "false", NEW_FRACTION: ".3"}),
+]
+
+
+def _jaxlib_gpu_options(env, monkeypatch):
+    """What jaxlib's GPU client is started with in ``env`` (its own reading of it)."""
+    xla_client = pytest.importorskip("jaxlib.xla_client")
+    options = getattr(xla_client, "generate_pjrt_gpu_plugin_options", None)
+    if options is None:
+        pytest.skip("this jaxlib reads the environment elsewhere")
+    for name in (PREALLOCATE, MEM_FRACTION, NEW_FRACTION, "XLA_PYTHON_CLIENT_ALLOCATOR"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    return options()
+
+
+@pytest.mark.parametrize(
+    "env", [e[1] for e in AS_JAXLIB_READS], ids=[e[0] for e in AS_JAXLIB_READS]
+)
+def test_the_notice_reads_the_environment_as_jaxlib_does(env, monkeypatch):
+    """Whether JAX preallocates, and how much, as jaxlib's GPU client options say: a value
+    jaxlib reads as "on" ("no", "FALSE") gets the warning, the newer fraction counts."""
+    options = _jaxlib_gpu_options(env, monkeypatch)
+    preallocates = options.get("preallocate", True)
+    fraction = options.get("memory_fraction", _jax_config.DEFAULT_FRACTION)
+    notice = preallocation_notice(env, started=True, gpu_backend=True, gpu_plugin=True)
+    assert notice == (f"has preallocated {fraction:.0%}" if preallocates else None)
+
+
+def test_a_value_jax_reads_as_on_is_named_in_the_warning(fresh_warning, monkeypatch):
+    monkeypatch.setenv(PREALLOCATE, "no")
+    with pytest.warns(interop.errors.JaxPreallocationWarning) as record:
+        assert warn_if_jax_preallocates("cuda:0") is True
+    message = str(record[0].message)
+    assert f"{PREALLOCATE}='no'" in message and "false, False or 0" in message, message
+
+
+def test_both_fraction_names_mean_jax_will_not_start_its_gpu_client(monkeypatch):
+    """jaxlib refuses to start with both names set (its own error says so): JAX takes
+    nothing then, so there is no preallocation to warn about."""
+    env = {MEM_FRACTION: ".5", NEW_FRACTION: ".5"}
+    with pytest.raises(ValueError, match="specified together"):
+        _jaxlib_gpu_options(env, monkeypatch)
+    assert preallocation_notice(env, started=False, gpu_backend=False, gpu_plugin=True) is None
+
+
+def test_configure_sets_the_fraction_name_the_environment_already_uses(monkeypatch):
+    """With XLA_CLIENT_MEM_FRACTION set, setting the old name too would stop jaxlib from
+    starting its GPU client: the name already in use is the one set."""
+    monkeypatch.setattr(_jax_config, "jax_backend_started", lambda: False)
+    monkeypatch.delenv(PREALLOCATE, raising=False)
+    monkeypatch.delenv(MEM_FRACTION, raising=False)
+    monkeypatch.setenv(NEW_FRACTION, ".3")
+    settings = interop.configure_jax_for_sharing(mem_fraction=0.25)
+    assert settings == {PREALLOCATE: "false", NEW_FRACTION: "0.25"}
+    assert MEM_FRACTION not in _jax_config.os.environ
+    options = _jaxlib_gpu_options(dict(_jax_config.os.environ), monkeypatch)  # no error
+    assert options["memory_fraction"] == 0.25 and options["preallocate"] is False
+
+
+@pytest.mark.parametrize("fraction", [True, False], ids=str)
+def test_a_bool_is_not_a_fraction(fraction, monkeypatch):
+    monkeypatch.delenv(PREALLOCATE, raising=False)
+    with pytest.raises(interop.errors.JaxSettingError, match=f"mem_fraction={fraction}"):
+        interop.configure_jax_for_sharing(mem_fraction=fraction)
+    assert PREALLOCATE not in _jax_config.os.environ
