@@ -528,32 +528,40 @@ class Engine:
                 raise _suppressed(growth, indices, allocations)
         except BaseException as err:  # out of memory, a bad result, a context that raised
             allocations.clear()  # the new buffers go before the old capacities come back
-            held, restored = self._restore(old, growth, indices, entered)
-            for slot, nbytes in growth:
-                _explain(err, slot, nbytes, old.capacity(slot), held[slot])
-            return held, restored, err
+            return self._restore(err, old, growth, indices, entered)
         return dict(growth), allocations, None
 
     def _restore(
-        self, old: WorkspaceState, growth: Growth, indices: list[int], in_context: bool
-    ) -> tuple[dict[Slot, int], dict[int, Allocation]]:
-        """Each growing slot's old capacity allocated again (inside ``alloc_context()``
-        when the failure came after entering it): per slot the capacity it gets (0 where
-        even that fails, or where it had none), per index its buffer."""
+        self,
+        err: BaseException,
+        old: WorkspaceState,
+        growth: Growth,
+        indices: list[int],
+        in_context: bool,
+    ) -> tuple[dict[Slot, int], dict[int, Allocation], BaseException]:
+        """After ``err``, each growing slot's old capacity allocated again (inside
+        ``alloc_context()`` when the failure came after entering it): per slot the
+        capacity it gets (0 where even that fails, or where it had none), per index its
+        buffer, and the error to raise once the state says so, with a note per slot:
+        ``err``, or a Ctrl-C (any ``BaseException`` not an ``Exception``) that came
+        meanwhile, ``err`` its context. (No local of a frame an error passed through
+        holds that error: a reference cycle would keep the manager until a collection.)"""
         held: dict[Slot, int] = dict.fromkeys((slot for slot, _ in growth), 0)
         allocations: dict[int, Allocation] = {}
         # A slot whose allocation fails stays empty (the note says so); the context is made
-        # inside the suppression, which covers its factory too.
-        with (
-            contextlib.suppress(BaseException),
-            self._alloc_context() if in_context else contextlib.nullcontext(),
-        ):
-            for (slot, _), i in zip(growth, indices, strict=True):
-                capacity = old.slots[i].capacity
-                if capacity:
-                    allocations[i] = self.buffers.allocate(i, capacity)
-                    held[slot] = capacity
-        return held, allocations
+        # inside the try, which covers its factory too.
+        try:
+            with self._alloc_context() if in_context else contextlib.nullcontext():
+                for (slot, _), i in zip(growth, indices, strict=True):
+                    capacity = old.slots[i].capacity
+                    if capacity:
+                        allocations[i] = self.buffers.allocate(i, capacity)
+                        held[slot] = capacity
+        except Exception:  # out of memory again: the slots not yet restored stay empty
+            pass
+        except BaseException as interrupt:  # never swallowed: raised in err's place
+            return held, allocations, _explained(interrupt, old, growth, held)
+        return held, allocations, _explained(err, old, growth, held)
 
     def _grow_allocating_first(
         self,
@@ -680,6 +688,15 @@ def _suppressed(
         "allocated a new buffer inside it (its __exit__ returned a true value), so no buffer "
         "was made. Let the context re-raise what happens inside it."
     )
+
+
+def _explained(
+    err: BaseException, old: WorkspaceState, growth: Growth, held: dict[Slot, int]
+) -> BaseException:
+    """``err`` with a note per growing slot saying what the failed growth did to it."""
+    for slot, nbytes in growth:
+        _explain(err, slot, nbytes, old.capacity(slot), held[slot])
+    return err
 
 
 def _explain(err: BaseException, slot: Slot, nbytes: int, previous: int, held: int) -> None:

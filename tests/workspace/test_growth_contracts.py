@@ -119,3 +119,27 @@ def test_a_pinned_buffers_bytes_are_its_whole_storage_whatever_the_allocator(all
     assert [r.nbytes for r in retired_of(ws).pinned()] == [kept.untyped_storage().nbytes()]
     del kept
     assert ws.stats().slots[0].pinned_bytes == 0
+
+
+def test_a_ctrl_c_while_a_failed_growth_restores_the_old_capacity_is_raised(monkeypatch):
+    """The growth failed, and the user's Ctrl-C came while the slot's old capacity was being
+    allocated again: the interrupt is what the caller gets (its context the failure), not
+    the allocation error with the interrupt swallowed; the slot says it has no buffer."""
+    ws = workspace("cpu", allocator="torch")
+    ws.get_simultaneous(((MB,), U8))
+    real = allocator_of(ws).allocate
+
+    def allocate(nbytes, *args, **kwargs):
+        if nbytes > MB:
+            raise torch.OutOfMemoryError("pretend the device is full")
+        raise KeyboardInterrupt  # the old capacity, allocated again
+
+    monkeypatch.setattr(allocator_of(ws), "allocate", allocate)
+    with pytest.raises(KeyboardInterrupt) as info:
+        ws.get_simultaneous(((4 * MB,), U8))
+    assert isinstance(info.value.__context__, torch.OutOfMemoryError)
+    assert any("no buffer" in note or "0 bytes" in note for note in info.value.__notes__)
+    assert ws.state.capacity((0, 0)) == 0
+    monkeypatch.setattr(allocator_of(ws), "allocate", real)
+    (view,) = ws.get_simultaneous(((MB,), U8))  # the next call works
+    assert view.numel() == MB and ws.state.capacity((0, 0)) == MB
