@@ -4,9 +4,11 @@ The console script is checked from a real install in ``tests/package/test_instal
 """
 
 import os
+import re
 import runpy
 import subprocess
 import sys
+from html import unescape
 from pathlib import Path
 
 import pytest
@@ -14,7 +16,7 @@ import torch
 
 import interop
 from interop._cli import main
-from interop._demo import png_path
+from interop._demo import png_path, text_picture
 from interop._diagnostics import is_user_file
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -145,3 +147,29 @@ def test_the_module_runs_the_demo_and_its_refusal_names_the_demos_line(tmp_path)
 )  # fmt: skip
 def test_whose_frame_is_it(filename, users):
     assert is_user_file(filename) is users
+
+
+def test_png_asked_but_not_written_exits_1_and_says_so(tmp_path, monkeypatch, capsys):
+    """``--png`` given and no picture written (matplotlib missing) exits 1, saying so."""
+    monkeypatch.setattr(interop._demo, "run_demo", lambda device, png: None)
+    png = tmp_path / "layout.png"
+    assert main(["--device", "cpu", "--png", str(png)], prog="python -m interop") == 1
+    assert f"python -m interop: no picture written to {png}" in capsys.readouterr().err
+    assert main(["--device", "cpu"], prog="python -m interop") == 0  # none asked for
+
+
+def test_a_png_in_capitals_is_a_png(tmp_path):
+    """The suffix is matched in any case: ``layout.PNG`` is a .png file."""
+    assert png_path(tmp_path / "layout.PNG") == tmp_path / "layout.PNG"
+    with pytest.raises(ValueError, match=r"must name a \.png file"):
+        png_path(tmp_path / "layout.jpg")
+
+
+def test_the_text_pictures_scale_covers_the_widest_slot():
+    """The scale is rounded up, so ``width`` characters of it cover the widest slot."""
+    ws = interop.WorkspaceManager("cpu")
+    ws.get_simultaneous(((1000,), torch.uint8))  # 1024 B
+    head = text_picture(ws, width=60).splitlines()[0]
+    per_char = int(re.search(r"one character = (\d+) B", head).group(1))
+    assert per_char == 18 and per_char * 60 >= 1024  # ceil(1024 / 60)
+    assert unescape(head).startswith("layout (one character = 18 B;")
