@@ -96,6 +96,17 @@ def _runs(values: Sequence[Any]) -> list[tuple[int, int]]:
     return runs
 
 
+def _held_bytes(line: SlotTimeline) -> bool:
+    """Whether the slot held bytes in any state: a capacity, or a high-water mark (a slot
+    that lost its buffer in a failed growth has the one without the other)."""
+    return any(line.capacity) or any(line.high_water)
+
+
+def _top(lines: Sequence[SlotTimeline]) -> int:
+    """The scale's top: the largest capacity or high-water mark drawn (at least 1)."""
+    return max(max(*t.capacity, *t.high_water) for t in lines) or 1
+
+
 def timeline_html(states: Sequence[WorkspaceState], calls: Sequence[str] = ()) -> str:
     """An SVG picture of :func:`timelines`: one strip per slot, the calls along the x axis.
 
@@ -121,10 +132,10 @@ def timeline_html(states: Sequence[WorkspaceState], calls: Sequence[str] = ()) -
     lines = timelines(states)
     if not lines:
         return "<i>no states recorded</i>"
-    lines, note = drawn_slots(lines, lambda t: any(t.capacity))
+    lines, note = drawn_slots(lines, _held_bytes)
     left_out = f"<div><i>... {escape(note)}</i></div>" if note else ""
     n = len(states)
-    top = max(max(t.capacity) for t in lines) or 1
+    top = _top(lines)
     plot_width = _SVG_WIDTH - _LEFT - _RIGHT
     step = plot_width / max(n, 1)
     height = _SVG_ROW * len(lines) + 24
@@ -231,7 +242,7 @@ def plot_timeline(states: Sequence[WorkspaceState], calls: Sequence[str] = ()) -
     lines = timelines(states)
     if not lines:
         raise ValueError("plot_timeline needs at least one state, got none.")
-    lines, note = drawn_slots(lines, lambda t: any(t.capacity))
+    lines, note = drawn_slots(lines, _held_bytes)
     from matplotlib.ticker import FuncFormatter, MaxNLocator, MultipleLocator
 
     fig = new_figure((9, 0.6 + 1.4 * len(lines)), "plot_timeline")
@@ -256,7 +267,7 @@ def plot_timeline(states: Sequence[WorkspaceState], calls: Sequence[str] = ()) -
                     color=GROWTH_COLOUR, markersize=5, label="growth")  # fmt: skip
         ax.set_ylabel(f"slot {t.slot}", fontsize=8)
         ax.tick_params(labelsize=7)
-    top = max(max(t.capacity) for t in lines) or 1
+    top = _top(lines)
     # Power-of-two steps, at most about four ticks, in binary units.
     axes[0].yaxis.set_major_locator(MultipleLocator(2 ** max(0, (top // 4 - 1).bit_length())))
     axes[0].yaxis.set_major_formatter(FuncFormatter(lambda v, _: format_bytes(max(0, int(v)))))

@@ -78,3 +78,43 @@ def test_past_the_hover_limit_a_run_is_named_by_the_call_that_started_it():
     titles = re.findall(r"<title>([^<]*)</title>", html)
     assert titles[0].startswith("0: start: capacity 0 B")
     assert titles[1].startswith("1: grow (and the 250 calls to 251: no change here): capacity")
+
+
+def _lost_buffer_state():
+    """A slot whose growth failed twice: no buffer (capacity 0), high water 4 KiB."""
+    s, _ = fws.acquire(fws.initial_state(), (0, 0), ((4096,), U8))
+    grown, _ = fws.acquire(s, (0, 0), ((8192,), U8))
+    lost = fws.after_failed_growth(s, grown, {(0, 0): 0})
+    assert lost.capacity((0, 0)) == 0 and lost.slots[0].high_water == 4096
+    return lost
+
+
+def test_the_svg_scale_holds_a_high_water_mark_above_every_capacity():
+    html = fws.display.timeline_html([_lost_buffer_state()] * 2)
+    ys = [
+        float(y)
+        for points in re.findall(r'<polyline points="([^"]*)"', html)
+        for y in re.findall(r",(-?[\d.]+)", points)
+    ]
+    assert ys and min(ys) >= 0, ys  # every line inside the picture
+    assert ">4.00 KiB</text>" in html  # the scale's top: the high-water mark
+
+
+def test_the_plots_scale_holds_a_high_water_mark_above_every_capacity():
+    pytest.importorskip("matplotlib")
+    (ax,) = fws.display.plot_timeline([_lost_buffer_state()] * 2).axes[:1]
+    assert ax.get_ylim()[1] >= 4096
+
+
+def test_a_slot_that_lost_its_buffer_is_drawn_before_slots_that_never_held_bytes():
+    """A slot with a high-water mark held bytes (the state picture says so): among more
+    slots than are drawn, it is drawn and counted as one that held bytes."""
+    from functional_ws.display._text import MAX_DRAWN
+
+    lanes = MAX_DRAWN + 4
+    s, _ = fws.acquire(fws.initial_state(num_lanes=lanes), (0, lanes - 1), ((4096,), U8))
+    grown, _ = fws.acquire(s, (0, lanes - 1), ((8192,), U8))
+    lost = fws.after_failed_growth(s, grown, {(0, lanes - 1): 0})
+    html = fws.display.timeline_html([lost, lost])
+    assert f"slot {(0, lanes - 1)}" in html
+    assert "4 more slots not drawn (all of them never held bytes)" in html
