@@ -83,12 +83,30 @@ def test_a_gradient_the_function_keeps_is_copied_before_torch_accumulates_into_i
     assert y.grad.tolist() == [2.0, 2.0, 2.0]
 
 
+def _fail_a_fullgraph_compile() -> None:
+    """A ``torch.compile(fullgraph=True)`` that fails (a graph break), as any script's may:
+    afterwards Dynamo's frame hook holds one more reference to a called function's
+    arguments (torch 2.13, CPython 3.11), which a reference count must not read as a
+    holder."""
+
+    def breaks(x: torch.Tensor) -> torch.Tensor:
+        torch._dynamo.graph_break()
+        return x
+
+    with pytest.raises(Exception, match="graph_break"):
+        torch.compile(breaks, backend="eager", fullgraph=True)(torch.ones(3))
+
+
 @pytest.mark.parametrize("grad", [False, True], ids=["no-grad", "recording"])
-def test_a_result_the_function_keeps_is_copied_and_an_input_returned_as_is_is_not(grad):
+@pytest.mark.parametrize("after", [False, True], ids=["", "after-a-fullgraph-error"])
+def test_a_result_the_function_keeps_is_copied_and_an_input_returned_as_is_is_not(grad, after):
     """An unjitted function returning a constant it closes over (a table): an in-place op
     on the result rewrote the constant for every later call; an input returned as is
     still aliases that input (documented), and a result JAX computed is not copied (nor
-    one the backward reads, tanh's)."""
+    one the backward reads, tanh's), a failed fullgraph compile earlier in the process
+    or not (every result was copied after one)."""
+    if after:
+        _fail_a_fullgraph_compile()
     table = jnp.arange(3.0)
     lookup = interop.jax_call(lambda x: (jnp.tanh(x), table, x))
     x = torch.ones(3, requires_grad=grad)
