@@ -91,14 +91,19 @@ def test_python_threads_are_not_foreign():
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="pthread_create via ctypes")
-def test_the_wait_lasts_while_a_foreign_thread_is_in_python():
+@pytest.mark.parametrize("asks", [False, True], ids=["", "asking-for-its-python-thread"])
+def test_the_wait_lasts_while_a_foreign_thread_is_in_python(asks):
     """A thread Python did not start (as XLA's are) runs Python code through a ctypes
-    callback, which makes its thread state; the wait ends only once it is done."""
+    callback, which makes its thread state; the wait ends only once it is done. A release
+    that logs or warns calls threading.current_thread(), which lists the thread as a
+    _DummyThread: it is still one Python did not start."""
     libc = ctypes.CDLL(ctypes.util.find_library("c") or None)
     inside, finished = threading.Event(), []
 
     @ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p)
     def release(_: object) -> None:
+        if asks:
+            threading.current_thread()  # registers a _DummyThread for this thread
         inside.set()
         time.sleep(0.2)  # lets go of the GIL, as a jax.Array's destructor does
         finished.append(True)

@@ -132,40 +132,6 @@ def test_the_device_export_survives_deleting_the_array():
     assert out.returncode == 0 and out.stdout == "ok\n", (out.returncode, out.stderr[-3000:])
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="pthread_create via ctypes")
-def test_a_foreign_thread_that_asked_for_its_python_thread_is_still_foreign():
-    """A release that logs or warns calls threading.current_thread(), which lists the
-    foreign thread as a _DummyThread: it is still a thread Python did not start, and the
-    exit must wait for it."""
-    import ctypes
-    import ctypes.util
-    import threading
-    import time
-
-    from interop._bridge import _exit
-
-    libc = ctypes.CDLL(ctypes.util.find_library("c") or None)
-    inside, finished = threading.Event(), []
-
-    @ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p)
-    def release(_: object) -> None:
-        threading.current_thread()  # registers a _DummyThread for this foreign thread
-        inside.set()
-        time.sleep(0.2)
-        finished.append(True)
-        return None
-
-    handle = ctypes.c_ulong()
-    assert libc.pthread_create(ctypes.byref(handle), None, release, None) == 0
-    try:
-        assert inside.wait(10)
-        assert _exit.foreign_thread_states() == 1
-        assert _exit.wait_for_foreign_releases(deadline_s=10) == 0
-        assert finished == [True]
-    finally:
-        libc.pthread_join(handle, None)
-
-
 @pytest.mark.parametrize("fraction", [1, 1.0, 0.001], ids=str)
 def test_the_ends_of_the_fraction_range_are_accepted(fraction, monkeypatch):
     """``mem_fraction`` is documented in (0, 1]: the whole GPU (1) is a valid choice."""
