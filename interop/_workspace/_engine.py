@@ -560,8 +560,8 @@ class Engine:
         except Exception:  # out of memory again: the slots not yet restored stay empty
             pass
         except BaseException as interrupt:  # never swallowed: raised in err's place
-            return held, allocations, _explained(interrupt, old, growth, held)
-        return held, allocations, _explained(err, old, growth, held)
+            return held, allocations, _explained(interrupt, old, growth, held, "was interrupted")
+        return held, allocations, _explained(err, old, growth, held, "failed too")
 
     def _grow_allocating_first(
         self,
@@ -691,15 +691,22 @@ def _suppressed(
 
 
 def _explained(
-    err: BaseException, old: WorkspaceState, growth: Growth, held: dict[Slot, int]
+    err: BaseException,
+    old: WorkspaceState,
+    growth: Growth,
+    held: dict[Slot, int],
+    restore: str,
 ) -> BaseException:
-    """``err`` with a note per growing slot saying what the failed growth did to it."""
+    """``err`` with a note per growing slot saying what the failed growth did to it
+    (``restore``: what became of a restore that gave the slot nothing)."""
     for slot, nbytes in growth:
-        _explain(err, slot, nbytes, old.capacity(slot), held[slot])
+        _explain(err, slot, nbytes, old.capacity(slot), held[slot], restore)
     return err
 
 
-def _explain(err: BaseException, slot: Slot, nbytes: int, previous: int, held: int) -> None:
+def _explain(
+    err: BaseException, slot: Slot, nbytes: int, previous: int, held: int, restore: str
+) -> None:
     """Add a note to ``err`` saying what the failed growth did to ``slot``."""
     if held:
         outcome = (
@@ -709,7 +716,7 @@ def _explain(err: BaseException, slot: Slot, nbytes: int, previous: int, held: i
         )
     elif previous:
         outcome = (
-            f"allocating its old capacity ({previous} bytes) again failed too, so the slot "
+            f"allocating its old capacity ({previous} bytes) again {restore}, so the slot "
             "has no buffer now (capacity 0); its next request allocates one"
         )
     else:
