@@ -1,7 +1,8 @@
 """The growth's contracts that bugs planted in the manager's memory machinery
 (``interop/_workspace/``: engine, buffers, allocators, retired buffers) showed untested:
 what the debug log and a failed growth's note say, the slot a suppressed allocation names,
-and the bytes a kept view pins. Each test fails with its planted bug."""
+the bytes a kept view pins; and a Ctrl-C during a failed growth's restore, which was
+swallowed. Each test fails with its planted bug (the last failed on the code itself)."""
 
 from __future__ import annotations
 
