@@ -159,10 +159,11 @@ class RetiredBuffers:
             else ""
         )
         logger.warning(
-            "Workspace slot %s (ubatch, lane) grew, but its retired buffer of %s is still "
-            "pinned by live views or by arrays imported from them (e.g. JAX through "
-            "DLPack), so that memory stays allocated beside the new buffer until they are "
-            "released. Do not keep workspace views across calls.%s",
+            "Workspace slot %s (ubatch, lane) released its buffer to grow, but that "
+            "retired buffer of %s is still pinned by live views or by arrays imported from "
+            "them (e.g. JAX through DLPack), so that memory stays allocated beside the "
+            "slot's next buffer until they are released. Do not keep workspace views across "
+            "calls.%s",
             record.slot,
             exact_bytes(record.nbytes),
             repeats,

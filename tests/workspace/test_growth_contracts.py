@@ -145,3 +145,20 @@ def test_a_ctrl_c_while_a_failed_growth_restores_the_old_capacity_is_raised(monk
     monkeypatch.setattr(allocator_of(ws), "allocate", real)
     (view,) = ws.get_simultaneous(((MB,), U8))  # the next call works
     assert view.numel() == MB and ws.state.capacity((0, 0)) == MB
+
+
+def test_a_failed_growths_pinned_buffer_warning_does_not_say_the_slot_grew(caplog):
+    # The warning is logged as the old buffer is released, before the allocation that may
+    # fail: it must read true whether the slot then grew or got its old capacity again.
+    caplog.set_level(logging.WARNING, logger="interop")
+    ws = workspace("cpu", allocator="torch")
+    (kept,) = ws.get_simultaneous(((MB,), U8))  # a view the caller keeps: pins the buffer
+    failing = Flaky(ws, limit=MB)
+    allocator_of(ws).allocate = failing
+    with pytest.raises(torch.OutOfMemoryError):
+        ws.get_simultaneous(((4 * MB,), U8))
+    assert ws.state.capacity((0, 0)) == MB  # the slot did not grow
+    (warning,) = [r.getMessage() for r in caplog.records if "still pinned" in r.getMessage()]
+    assert "grew" not in warning and "slot (0, 0)" in warning, warning
+    assert "beside the slot's next buffer" in warning, warning
+    del kept
