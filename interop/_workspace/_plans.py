@@ -27,7 +27,8 @@ def save_plan(state: WorkspaceState, path: str | os.PathLike[str]) -> None:
 
     Args:
         state: the state whose plan to write.
-        path: where; its folder must exist and be writable.
+        path: where; its folder must exist and be writable (else the ``OSError`` names
+            ``path`` and the folder).
 
     Raises:
         FileExistsError: (``OSError``) ``path`` is something other than a regular file
@@ -46,7 +47,15 @@ def save_plan(state: WorkspaceState, path: str | os.PathLike[str]) -> None:
     _refuse_special_file(path, target)
     folder, name = os.path.split(target)
     partial = os.path.join(folder, f".{name}.{secrets.token_hex(6)}.partial")
-    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # umask applies
+    try:
+        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # umask applies
+    except OSError as err:  # named by the caller's path: the new file's name is ours
+        raise type(err)(
+            err.errno,
+            f"save_plan(path={os.fspath(path)!r}): no file can be created in its folder "
+            f"{folder!r} ({err.strerror}; nothing was written)",
+            os.fspath(path),
+        ) from None
     try:
         with open(fd, "w", encoding="utf-8") as f:
             json.dump(fws.to_dict(state), f, indent=1)

@@ -250,3 +250,15 @@ def test_a_plan_saved_while_a_slot_has_no_buffer_loads(tmp_path, how):
     fresh.lock()
     (view,) = fresh.get_simultaneous(((1024,), torch.uint8))  # served under the lock
     assert view.numel() == 1024
+
+
+def test_a_plan_in_a_folder_that_does_not_exist_names_the_path_given(tmp_path):
+    """The new file is written beside the plan, but the error names the caller's path and
+    says why (not the hidden ``.partial`` file's name), with the OS error's type."""
+    path = tmp_path / "no_such_folder" / "plan.json"
+    with pytest.raises(FileNotFoundError) as caught:
+        WorkspaceManager("cpu").save_plan(path)
+    message = str(caught.value)
+    assert f"save_plan(path={str(path)!r})" in message and ".partial" not in message, message
+    assert "folder" in message and caught.value.filename == str(path), message
+    assert not tmp_path.joinpath("no_such_folder").exists()
