@@ -122,8 +122,9 @@ class CapacityLimitError(WorkspaceError, RuntimeError):
         super().__init__(
             f"Workspace slot {slot} would have to grow to {required} bytes "
             f"({required / 2**30:.2f} GiB), above the capacity limit of {limit} bytes "
-            f"({limit / 2**30:.2f} GiB, the device's total memory): the request can never "
-            "fit. Nothing was released; the slot keeps its buffer."
+            f"({limit / 2**30:.2f} GiB: the state's max_capacity, which interop's manager "
+            "sets to the device's total memory): the request can never fit. Nothing was "
+            "released; the slot keeps its buffer."
         )
         self.slot = slot
         self.required = required

@@ -157,3 +157,15 @@ def test_a_span_whose_own_slot_does_not_grow_has_no_grow_to():
     assert span.growth == (((1, 0), 100),) and span.grow_to is None
     _, span, _ = fws.retain(s, (1, 0), "kv", ((100,), U8))
     assert span.growth == (((1, 0), 100),) and span.grow_to == 100
+
+
+def test_a_capacity_limit_refusal_names_the_limit_as_the_states_max_capacity():
+    """The core's limit is whatever ``max_capacity`` says (the caller's own in pure
+    planning): the message names that field, and the torch shell's use of it as a note."""
+    state = fws.initial_state(max_capacity=512)
+    with pytest.raises(fws.CapacityLimitError) as caught:
+        fws.worst_case(fws.Trace().acquire(S, ((1000,), U8)), like=state)
+    message = str(caught.value)
+    assert "limit of 512 bytes" in message and "max_capacity" in message, message
+    assert "(0.00 GiB, the device's total memory)" not in message, message
+    assert (caught.value.required, caught.value.limit, caught.value.slot) == (1024, 512, S)
