@@ -539,8 +539,10 @@ def _fail(sig: Signature, err: BaseException) -> NoReturn:
     where = "".join(traceback.format_exception(type(err), err, err.__traceback__))
     if not _eager_call_waits():
         # Under a caller's jit, or in a backward, nobody takes it back: its frames' locals
-        # (fn's tensors over XLA's buffers, whatever fn allocated) go now, their lines stay.
-        traceback.clear_frames(err.__traceback__)
+        # (fn's tensors over XLA's buffers, whatever fn allocated) go now, their lines
+        # stay; those of the errors it is chained to (fn's helpers' frames) too.
+        for link in _chain(err):
+            traceback.clear_frames(link.__traceback__)
     number = next(_numbers)
     with _failures_lock:
         _failures[number] = err
@@ -550,6 +552,23 @@ def _fail(sig: Signature, err: BaseException) -> NoReturn:
         f"{sig.name} (called through interop.torch_call) raised {type(err).__name__}: "
         f"{err} [{_MARK}{number}]\n{where}"
     ) from err
+
+
+def _chain(err: BaseException) -> list[BaseException]:
+    """``err``, the errors it is chained to (``__cause__``, ``__context__``) and those an
+    exception group holds, each once (a chain may loop)."""
+    seen: dict[int, BaseException] = {}
+    pending = [err]
+    while pending:
+        link = pending.pop()
+        if id(link) in seen:
+            continue
+        seen[id(link)] = link
+        pending.extend(e for e in (link.__cause__, link.__context__) if e is not None)
+        grouped = getattr(link, "exceptions", None)  # an exception group's (Python 3.11+)
+        if isinstance(grouped, tuple):
+            pending.extend(e for e in grouped if isinstance(e, BaseException))
+    return list(seen.values())
 
 
 #: The code of the frames that take a failure back (``_torch_call.py`` registers them):

@@ -289,6 +289,40 @@ def test_a_failure_under_jit_keeps_no_locals_of_fn_alive():
     assert [ref() for ref in alive] == [None, None, None]
 
 
+def _chains_a_big_local(alive, how):
+    """``fn`` whose helper holds a tensor (and the input) when it raises; ``fn`` raises
+    another error chained to it (``raise ... from``, or inside the ``except``)."""
+
+    def helper(x):
+        big = torch.ones(1 << 16)
+        alive.extend([weakref.ref(big), weakref.ref(x)])
+        raise KeyError("inner")
+
+    def fn(x):
+        try:
+            helper(x)
+        except KeyError as err:
+            if how == "from":
+                raise ValueError("boom") from err
+            raise ValueError("boom")  # noqa: B904  (the implicit context is the case)
+        return x
+
+    return fn
+
+
+@pytest.mark.usefixtures("path")
+@pytest.mark.parametrize("how", ["from", "context"])
+def test_a_chained_failure_under_jit_keeps_no_locals_of_the_chain_alive(how):
+    """The errors a failure is chained to hold frames of fn's helpers too (tensors over
+    XLA's buffers, fn's allocations): under a caller's jit they go as the failure's own."""
+    alive: list[weakref.ref[torch.Tensor]] = []
+    call = jax.jit(lambda x: interop.torch_call(_chains_a_big_local(alive, how), spec((2,)))(x))
+    with pytest.raises(jax.errors.JaxRuntimeError, match="boom"):
+        jax.block_until_ready(call(jnp.ones(2, F32)))
+    gc.collect()
+    assert len(alive) == 2 and [ref() for ref in alive] == [None, None]
+
+
 @pytest.mark.usefixtures("path")
 def test_a_kept_failure_reaches_no_tensor_over_xlas_buffers():
     """XLA reuses the callback's buffers once it returns: a failure kept under jit (or
