@@ -91,6 +91,8 @@ class Call:
         wrapper of it was freed since the forward (a backward, a jvp or a vmap rule may
         need to trace it again)."""
         for function, wrapper in self.descent():
+            if wrapper is None:  # (a function a trace needs no wrapper of)
+                continue
             if isinstance(function, Function) and not function.is_live():
                 function.adopt(wrapper)
 
@@ -502,7 +504,8 @@ def call_differentiably(
         plan = plans[key] = _vjp.Plan(function, signature, jitted=function.jitted)
     n_diff = len(diff)
     slots_of_tensors = tuple(s + n_diff if s >= 0 else -1 for s in slots)
-    call = Call(plan, n_diff, arrays, slots_of_tensors, wrapper=function.live(), lineage=lineage)
+    wrapper = function.live() if function.needs_wrapper() else None
+    call = Call(plan, n_diff, arrays, slots_of_tensors, wrapper=wrapper, lineage=lineage)
     apply: Any = JaxFunction.apply if _transforms_active() else _apply
     results = apply(call, *diff, *others)
     assert call.outputs is not None  # set by the forward (or the vmap rule)

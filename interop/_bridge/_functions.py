@@ -5,9 +5,17 @@ and the key that names it to the custom op under ``torch.compile``. It is found 
 the function *is*, not by the wrapper: ``jax_call(jax.jit(f))`` made anew inside
 ``forward()`` on every step finds the same :class:`Function`, so its plans, compiled once,
 serve every step (JAX's own ``jit`` caches by the function the same way). The identity is
-the function (for a ``jax.jit`` wrapper: the function it wraps, and its options; for a
-bound method: its object and its function), held weakly: the table never keeps a function
-alive, and forgets it when it dies.
+the function (for a ``jax.jit`` wrapper: the function it wraps, and its options; for an
+unjitted bound method: its object and its function), held weakly: the table never keeps a
+function alive, and forgets it when it dies.
+
+A jitted bound method, ``jax.jit(self.layer)``, is found by the bound method itself: made
+anew (``self.layer`` is a new object on every access) it is a new function, traced anew,
+as JAX traces it anew, so it reads what ``self`` holds now (a scale, ``self.training``).
+Its plans trace the method's function with its object (:meth:`Function.traced`), never
+through JAX's trace cache, which finds a trace by an *equal* bound method while one is
+alive; and a graph keeps no bound method alive for its backward, so no old one serves a
+new one there either.
 
 The custom op's key names the function in a compiled graph; torch caches graphs (the key
 in them) on disk and ``torch.export`` saves them, so the key must be the same in every
@@ -79,6 +87,9 @@ class Function:
         self.table_key: tuple[int, Any] | None = None
         #: What it is found by (``_anchor``), held weakly; ``None`` for one of its own.
         self.anchor: Callable[[], Any] = _no_anchor
+        #: What a plan traces (:meth:`traced`): for a jitted bound method, the method's
+        #: function with its object (see :func:`function_for`); else a live wrapper.
+        self._traced: Callable[..., Any] | None = None
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.live()(*args, **kwargs)
@@ -94,6 +105,16 @@ class Function:
                 "being called; keep the jax_call wrapper alive while it runs."
             )
         return fn
+
+    def traced(self, *args: Any, **kwargs: Any) -> Any:
+        """Call the function inside a trace of the bridge's own (a plan's forward)."""
+        if self._traced is not None:
+            return self._traced(*args, **kwargs)
+        return self.live()(*args, **kwargs)
+
+    def needs_wrapper(self) -> bool:
+        """Whether a trace of it after the call needs a live wrapper (a graph keeps one)."""
+        return self._traced is None
 
     def adopt(self, fn: Callable[..., Any]) -> None:
         """Call ``fn`` from now on if the wrapper called so far was freed."""
@@ -144,7 +165,9 @@ def _anchor(fn: Callable[..., Any]) -> tuple[Any, tuple[Any, ...]] | None:
             return None
         options = ("jit", jitted)
     if isinstance(target, types.MethodType):
-        options = (*options, "method", target.__func__)
+        if options:  # jitted: found by the bound method itself, as JAX's trace cache
+            return target, (*options, "method")  # finds it (see function_for)
+        options = ("method", target.__func__)
         target = target.__self__
     try:
         weakref.ref(target)
@@ -180,6 +203,8 @@ def function_for(fn: Callable[..., Any]) -> Function:
                 function.table_key = key
                 function.anchor = weakref.ref(anchor)
                 weakref.finalize(anchor, _forget, key, function)
+                if isinstance(anchor, types.MethodType):
+                    function._traced = functools.partial(anchor.__func__, anchor.__self__)
     function.adopt(fn)
     return function
 

@@ -367,7 +367,8 @@ class Plan:
 
         def primal(*diff: Any) -> list[Any]:
             args, kwargs = self.signature.arguments(diff, arrays)
-            leaves, treedef = jax.tree_util.tree_flatten(self.fn(*args, **kwargs))
+            fn = getattr(self.fn, "traced", self.fn)  # a Function: what a plan traces
+            leaves, treedef = jax.tree_util.tree_flatten(fn(*args, **kwargs))
             is_array = tuple(isinstance(leaf, ARRAY_TYPES) for leaf in leaves)
             found = [_as_array(leaf) for leaf, a in zip(leaves, is_array, strict=True) if a]
             statics = tuple(leaf for leaf, a in zip(leaves, is_array, strict=True) if not a)

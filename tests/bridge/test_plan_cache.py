@@ -352,3 +352,55 @@ def test_a_full_plan_table_tolerates_another_thread_evicting_the_same_plan():
 def _first_jitted(layer):
     """The jitted function a jax_call wrapper calls."""
     return next(c.cell_contents for c in layer.__closure__ if hasattr(c.cell_contents, "lower"))
+
+
+class _Scaled(torch.nn.Module):
+    """A module whose JAX layer is a jitted bound method reading attributes of ``self``
+    (a scale, ``self.training``), wrapped anew in every ``forward()``."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.ones(3))
+        self.scale = 1.0
+
+    def layer(self, w, x):
+        return x * w * self.scale * (0.5 if self.training else 1.0)
+
+    def forward(self, x):
+        return interop.jax_call(jax.jit(self.layer))(self.w, x)
+
+
+def test_a_method_rejitted_every_step_reads_its_objects_attributes_as_jax_does():
+    """``jax.jit(self.layer)`` made anew traces anew in JAX (a new bound method), so it
+    sees what ``self`` holds now; so does its ``jax_call``, forward and gradient, with the
+    last step's output alive (the usual loop) and under ``no_grad`` too."""
+    model, x = _Scaled(), torch.full((3,), 2.0)
+    y = None
+    for scale in (1.0, 2.0, 3.0):
+        model.scale, model.w.grad = scale, None
+        y = model(x)  # (the last step's y is alive while this forward runs)
+        y.sum().backward()
+        expected = 2.0 * scale * 0.5
+        assert y.tolist() == [expected] * 3 and model.w.grad.tolist() == [expected] * 3
+        pure = jax.jit(model.layer)(jnp.ones(3), jnp.full(3, 2.0))
+        assert pure.tolist() == [expected] * 3
+    model.scale = 5.0
+    with torch.no_grad():
+        assert model(x).tolist() == [5.0] * 3  # y of the last step still alive
+    model.eval()
+    assert model(x).tolist() == [10.0] * 3
+    del y
+
+
+def test_a_method_jitted_once_and_kept_keeps_its_trace_as_jax_does(compiles):
+    """A kept ``jax.jit(self.layer)`` is one function: traced once per shape, in JAX and
+    in its ``jax_call`` alike (what it read of ``self`` then is what it uses)."""
+    model = _Scaled()
+    kept = jax.jit(model.layer)
+    layer = interop.jax_call(kept)
+    x = torch.ones(3)
+    layer(model.w, x).sum().backward()
+    before = len(compiles)
+    for _ in range(3):
+        interop.jax_call(kept)(model.w, x).sum().backward()
+    assert len(compiles) == before
