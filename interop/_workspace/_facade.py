@@ -831,6 +831,10 @@ class WorkspaceManager:
         Calls from every thread are recorded, each once (a public method calling another
         is recorded as the outer call); recordings nest, each receiving every call made
         inside its block. ``Record.state`` is the manager's state right after the call.
+        A call another thread began before the block is not recorded, even where it
+        returns inside it (a growth it makes shows only in the next record's state, and
+        a trace of the history lacks its request): start the recording before the calls
+        it must see, a warm-up's threads included.
 
         Returns:
             A context manager yielding the :class:`interop.History`.

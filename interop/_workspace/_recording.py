@@ -14,8 +14,11 @@ the class (``WorkspaceManager.get_simultaneous(ws, ...)``).
 Each call is recorded once, as the outermost public call of its thread (``get_persistent``
 calling ``get_persistent_resource`` records the outer call), and so is each call the
 caller's code makes from inside one (a persistent factory's requests: they are requests of
-the run, which sizing must see; see :func:`user_code`); every call from every thread goes
-to every recording active when it returns; recordings nest.
+the run, which sizing must see; see :func:`user_code`); every call from every thread that
+begins while a recording is active goes to every recording active when it returns;
+recordings nest. Whether a call records is decided as it begins (a hot path asks nothing):
+a call another thread began before the recording is not recorded, even where it returns
+inside it.
 """
 
 from __future__ import annotations
