@@ -61,8 +61,9 @@ class DeviceNotVisibleError(ZeroCopyError):
 
 class FakeTensorError(ZeroCopyError, RuntimeError):
     """The tensor has no bytes: a fake tensor (``FakeTensorMode``, a ``make_fx`` or
-    ``torch.export`` trace) holds shapes only. A ``RuntimeError`` too, as torch raises for
-    the data pointer of such a tensor."""
+    ``torch.export`` trace) holds shapes only, and a wrapper subclass keeps its data in
+    tensors of its own. A ``RuntimeError`` too, as torch raises for the data pointer of
+    such a tensor."""
 
     reason = "fake"
 

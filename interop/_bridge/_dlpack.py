@@ -178,13 +178,21 @@ def import_tensor(tensor: torch.Tensor, target: Target, stream: Any) -> jax.Arra
     ``None`` means the tensor's current stream).
     """
     if type(tensor) is not torch.Tensor and tensor.numel() and not _has_bytes(tensor):
-        raise FakeTensorError(
-            f"to_jax: the {type(tensor).__name__} (shape={tuple(tensor.shape)}, "
-            f"dtype={tensor.dtype}) has no bytes JAX could alias: a fake tensor (under "
-            "FakeTensorMode, or a trace by make_fx or torch.export) holds shapes only, "
-            "and JAX would read address 0. Hand JAX real tensors; to trace a jax_call, "
-            "torch.compile holds it whole as a custom op."
-        )
+        what = f"the {type(tensor).__name__} (shape={tuple(tensor.shape)}, dtype={tensor.dtype})"
+        if hasattr(tensor, "fake_mode"):  # torch's FakeTensor
+            why = (
+                "a fake tensor (under FakeTensorMode, or a trace by make_fx or "
+                "torch.export) holds shapes only, and JAX would read address 0. Hand JAX "
+                "real tensors; to trace a jax_call, torch.compile holds it whole as a "
+                "custom op."
+            )
+        else:
+            why = (
+                "a wrapper subclass keeps its data in tensors of its own (its storage "
+                "holds none), and JAX would read address 0. Hand JAX the plain tensor it "
+                "wraps."
+            )
+        raise FakeTensorError(f"to_jax: {what} has no bytes JAX could alias: {why}")
     try:
         if use_private_path:
             try:

@@ -336,6 +336,19 @@ def test_a_fake_tensor_is_refused_not_read_at_address_zero():
             double(fake)
 
 
+def test_a_wrapper_subclass_with_real_data_is_not_called_a_fake_tensor():
+    """A wrapper subclass (its data in an inner tensor: a logging tensor, say) has no
+    bytes of its own either; the refusal says so, and names no FakeTensorMode."""
+    from torch.testing._internal.logging_tensor import LoggingTensor
+
+    wrapped = LoggingTensor(torch.ones(4))
+    with pytest.raises(interop.errors.FakeTensorError, match="no bytes") as info:
+        interop.to_jax(wrapped)
+    message = str(info.value)
+    assert "LoggingTensor" in message and "wrapper subclass" in message, message
+    assert "FakeTensorMode" not in message, message
+
+
 def test_a_tensor_inside_a_torch_func_transform_is_refused_naming_jax_call():
     # vmap's and jvp's wrappers raised torch's raw "Cannot access data pointer of Tensor
     # that doesn't have storage"; a forward-AD dual tensor lost its tangent without a word.
