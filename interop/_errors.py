@@ -310,7 +310,8 @@ class JaxPreallocationWarning(UserWarning):
 class DroppedGradientWarning(UserWarning):
     """A ``torch_call`` function's result requires grad through tensors that are not its
     inputs (a torch module's parameters): JAX differentiates only the inputs, so those
-    tensors' ``.grad`` is never set."""
+    tensors' ``.grad`` is never set. Also warned where the function flagged one of its
+    inputs with ``requires_grad_()``, which JAX ignores."""
 
 
 # ----- allocators -----

@@ -302,30 +302,54 @@ def _is_return_type(leaf: Any) -> bool:
 def _snapshot(tensors: list[torch.Tensor]) -> list[tuple[Any, ...]]:
     """What ``fn`` must not change about its inputs. Every in-place operation (a write, and
     ``resize_``, ``set_``, ``as_strided_``: measured on torch 2.13) bumps the version."""
-    return [(_version(t), t.data_ptr(), t.shape) for t in tensors]
+    return [(_version(t), t.data_ptr(), t.shape, t.stride()) for t in tensors]
 
 
 def _refuse_changed(
     sig: Signature, tensors: list[torch.Tensor], before: list[tuple[Any, ...]]
 ) -> None:
     """Raise for the first input ``fn`` changed (resized, re-pointed, or wrote into)."""
-    for path, tensor, (version, pointer, shape) in zip(sig.in_paths, tensors, before, strict=True):
+    for path, tensor, (version, pointer, shape, strides) in zip(
+        sig.in_paths, tensors, before, strict=True
+    ):
         if tensor.data_ptr() != pointer or tensor.shape != shape or not tensor.is_contiguous():
             raise InputResizedError(  # XLA's buffers are dense: the input was contiguous
                 f"torch_call: {sig.name} resized input {path} or pointed it at other memory "
-                f"(resize_, set_, as_strided_): it was shape {tuple(shape)} at "
-                f"{pointer:#x}, it is now shape {tuple(tensor.shape)} at "
-                f"{tensor.data_ptr():#x}. Input tensors alias XLA's buffers and must keep "
-                "their shape and memory; work on a copy (input.clone()) or a new view."
+                f"(resize_, set_, as_strided_, t_): it was shape {tuple(shape)}, strides "
+                f"{strides} at {pointer:#x}, it is now shape {tuple(tensor.shape)}, strides "
+                f"{tensor.stride()} at {tensor.data_ptr():#x}. Input tensors alias XLA's "
+                "buffers and must keep their shape, layout and memory; work on a copy "
+                "(input.clone()) or a new view."
             )
         if _version(tensor) != version:
             raise InputWrittenError(
-                f"torch_call: {sig.name} wrote into input {path} in place. Inputs alias "
-                "XLA's buffers, which JAX takes as immutable: through buffer_callback the "
-                "JAX array passed in (and anything sharing its buffer) now holds the written "
-                "values. Write into a copy (input.clone()) instead, or return the new values "
-                "as a result."
+                f"torch_call: {sig.name} wrote into input {path} in place (or changed it in "
+                "place: its version counter moved, as a write or an unsqueeze_ moves it). "
+                "Inputs alias XLA's buffers, which JAX takes as immutable: through "
+                "buffer_callback the JAX array passed in (and anything sharing its buffer) "
+                "may now hold written values. Write into a copy (input.clone()) instead, or "
+                "return the new values as a result."
             )
+
+
+def _call_watching(
+    fn: Callable[..., Any], sig: Signature, tensors: list[torch.Tensor], before: list[Any]
+) -> Any:
+    """``fn`` on ``tensors``; where it raises after changing an input, its error says so in
+    a note (the error stays ``fn``'s: the change would be refused had it returned)."""
+    try:
+        return _call_fn(fn, sig, tensors)
+    except Exception as err:
+        after = _snapshot(tensors)
+        for path, old, new in zip(sig.in_paths, before, after, strict=True):
+            if old != new:
+                err.add_note(
+                    f"torch_call: {sig.name} changed input {path} in place before it raised "
+                    "(a write, a resize or a restride): inputs alias XLA's buffers, so the "
+                    "JAX array passed in may hold what it wrote."
+                )
+                break
+        raise
 
 
 def run_forward(
@@ -338,13 +362,17 @@ def run_forward(
         with _private.eager_dispatch():
             return run_forward(fn, sig, tensors, device)
     before = _snapshot(tensors)
-    returned = _call_fn(fn, sig, tensors)
+    returned = _call_watching(fn, sig, tensors, before)
     if _snapshot(tensors) != before:
         _refuse_changed(sig, tensors, before)
     results = _results(sig, returned, _batch_shape(sig, tensors) if sig.mapped else (), device)
     for index, result in enumerate(results):
-        if result.requires_grad:  # no input does: fn reached a tensor that does
-            _warn_dropped(sig, sig.out_paths[index])
+        if result.requires_grad:  # no input did: fn flagged one, or reached a tensor that does
+            flagged = [p for p, t in zip(sig.in_paths, tensors, strict=True) if t.requires_grad]
+            if flagged:
+                _warn_flagged(sig, flagged[0])
+            else:
+                _warn_dropped(sig, sig.out_paths[index])
             break
     return results
 
@@ -401,6 +429,17 @@ def _warn_dropped(sig: Signature, path: str) -> None:
     )
 
 
+def _warn_flagged(sig: Signature, path: str) -> None:
+    warnings.warn(
+        f"torch_call: {sig.name} called requires_grad_() on input {path}, so its results "
+        "require grad in torch. JAX ignores that flag: it differentiates a torch_call with "
+        "respect to its inputs itself (jax.grad runs fn again under torch.autograd.grad). "
+        "Drop the requires_grad_() call.",
+        DroppedGradientWarning,
+        stacklevel=2,
+    )
+
+
 #: Said of an error ``fn`` raised in the backward of a call mapped with "expand_dims".
 _BROADCAST_NOTE = (
     "torch_call: fn raised this in the backward of a call mapped by jax.vmap with "
@@ -444,7 +483,7 @@ def run_backward(
             tensor.requires_grad_(True)
     with torch.enable_grad():
         try:
-            returned = _call_fn(fn, sig, tensors)
+            returned = _call_watching(fn, sig, tensors, before)
         except Exception as err:
             if sig.backward_broadcasts and _batch_shape(sig, tensors):
                 err.add_note(_BROADCAST_NOTE)

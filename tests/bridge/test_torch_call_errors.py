@@ -460,6 +460,66 @@ def test_restriding_an_input_in_place_keeping_its_shape_is_a_resize():
 
 
 @pytest.mark.usefixtures("path")
+def test_a_restrided_inputs_refusal_shows_the_strides_that_changed():
+    """``t_()`` keeps the shape and the memory: the message shows what changed."""
+
+    def fn(x):
+        x.t_()
+        return torch.zeros(3, 3)
+
+    with pytest.raises(errors.InputResizedError) as caught:
+        interop.torch_call(fn, spec((3, 3)))(jnp.ones((3, 3), F32))
+    message = str(caught.value)
+    assert "strides (3, 1)" in message and "strides (1, 3)" in message, message
+
+
+@pytest.mark.usefixtures("path")
+def test_an_in_place_change_that_wrote_nothing_is_not_said_to_have_written_values():
+    """``unsqueeze_`` then ``squeeze_`` moves the version counter and leaves the bytes: still
+    refused (torch cannot tell), but the message does not claim the array holds written
+    values."""
+
+    def fn(x):
+        x.unsqueeze_(0).squeeze_(0)
+        return torch.zeros(4)
+
+    with pytest.raises(errors.InputWrittenError) as caught:
+        interop.torch_call(fn, spec((4,)))(jnp.ones(4, F32))
+    message = str(caught.value)
+    assert "may now hold" in message and "now holds the written values" not in message
+
+
+@pytest.mark.usefixtures("path")
+def test_fn_that_writes_into_an_input_then_raises_says_so_in_a_note():
+    """The error ``fn`` raised is the caller's; a write into an input before it (which JAX's
+    array shows) is added as a note, not lost."""
+
+    def fn(x):
+        x.clamp_(min=0)
+        raise ValueError("boom")
+
+    with pytest.raises(ValueError, match="boom") as caught:
+        interop.torch_call(fn, spec((2,)))(jnp.array([-1.0, 2.0], F32))
+    notes = getattr(caught.value, "__notes__", [])
+    assert any("changed input args[0] in place" in note for note in notes), notes
+
+
+@pytest.mark.usefixtures("path")
+def test_fn_that_flags_an_input_as_requiring_grad_is_told_about_that_input():
+    """The result requires grad through the input ``fn`` flagged, not through tensors that
+    are not its inputs: the warning names the input."""
+
+    def fn(x):
+        x.requires_grad_()
+        return x * 2
+
+    with pytest.warns(errors.DroppedGradientWarning) as caught:
+        interop.torch_call(fn, spec((2,)))(jnp.ones(2, F32))
+    (message,) = [str(w.message) for w in caught]
+    assert "input args[0]" in message and "not its inputs" not in message, message
+
+
+@pytest.mark.usefixtures("path")
 def test_writing_into_an_input_in_the_backward_is_refused():
     """The backward's own run of fn is checked for input writes (under jit(grad) it is fn's
     only run: XLA drops the forward whose result only the backward needs)."""
