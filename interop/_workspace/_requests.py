@@ -271,7 +271,15 @@ def chosen_slots(slots: Any, lane: int, num_ubatches: int) -> Any:
         if slots != "all":
             raise InvalidSpecError(f"slots must be None, 'all' or a list of slots, got {slots!r}.")
         return None
-    return tuple(slots) if isinstance(slots, Iterable) else slots
+    return tuple(map(_plain_slot, slots)) if isinstance(slots, Iterable) else slots
+
+
+def _plain_slot(slot: Any) -> Any:
+    """``slot`` with NumPy integers made ``int`` (an index read from an array, taken as
+    ``use_workspace_ubatch`` takes it); anything else as given, for the core to check."""
+    if type(slot) is tuple and any(type(i) in NUMPY_INTS for i in slot):
+        return tuple(int(i) if type(i) in NUMPY_INTS else i for i in slot)
+    return slot
 
 
 def check_alignment(alignment: int) -> None:

@@ -125,3 +125,15 @@ def test_canonical_returns_what_needs_no_conversion_unchanged():
     shape = (1.5, 2)
     assert canonical_shape(shape) is shape
     assert canonical(([[2, 3], F32],)) == plain and plain_nbytes(plain) == [24]
+
+
+@pytest.mark.parametrize("ubatch", [np.int64(1), np.int32(1), np.uint8(1)])
+def test_a_reservations_slots_take_numpy_ints_as_use_workspace_ubatch_does(ubatch):
+    """A slot index read from a NumPy array: ``reserve(slots=...)`` reserves that slot as
+    ``use_workspace_ubatch`` selects it, where it was refused as not an int."""
+    ws = WorkspaceManager("cpu", num_ubatches=2)
+    ws.reserve(((1000,), U8), slots=[(ubatch, np.int64(0))])
+    plain = WorkspaceManager("cpu", num_ubatches=2)
+    plain.reserve(((1000,), U8), slots=[(1, 0)])
+    assert ws.state == plain.state
+    assert all(type(i) is int for s in ws.state.slots for i in (s.capacity,))
