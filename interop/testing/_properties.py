@@ -19,8 +19,9 @@ DESCRIPTIONS: dict[str, str] = {
     "really unchanged (same key, same span, no scribble, no reallocation), and says so "
     "whenever nothing reached them (same key, shape and dtype, same buffer, no request since "
     "ending past the span's start)",
-    "locked": "while locked: no growth and no new persistent keys (AssertionError), no refusal "
-    "of what fits, and a refused call leaves retained bytes and persistent contents alone",
+    "locked": "while locked: no growth (AssertionError) and no refusal of what fits; with "
+    "persistent selected, no new persistent keys and their contents kept; with intact "
+    "selected, a refused call leaves retained bytes alone",
     "persistent": "one factory call per key per slot (falsy resources too: None, 0, []), "
     "the same object on repeat, zero_init "
     "only once, contents kept, ValueError for another shape or dtype, a tensor's key apart "
@@ -42,7 +43,7 @@ def select_properties(names: Iterable[str] | None) -> frozenset[str]:
 
     Raises:
         TypeError: ``names`` is not an iterable of strings.
-        ValueError: an unknown name; the message lists the valid ones.
+        ValueError: an unknown name (the message lists the valid ones), or none.
 
     Example:
         >>> sorted(select_properties(["intact", "shapes"]))
@@ -64,4 +65,9 @@ def select_properties(names: Iterable[str] | None) -> frozenset[str]:
     unknown = sorted(chosen - set(PROPERTIES))
     if unknown:
         raise ValueError(f"unknown properties {unknown}; valid: {', '.join(PROPERTIES)}")
+    if not chosen:
+        raise ValueError(
+            f"no property family selected (properties={names!r}): the check would check "
+            f"nothing and pass; choose from {', '.join(PROPERTIES)} (None: all of them)"
+        )
     return chosen

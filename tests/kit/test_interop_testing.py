@@ -24,6 +24,7 @@ from support.user_module import pytest_user_module
 import interop
 import interop.testing
 from interop.testing import (
+    DESCRIPTIONS,
     PROPERTIES,
     MachineConfig,
     WorkspaceAPIMachine,
@@ -630,3 +631,17 @@ def test_a_warmed_up_factory_is_told_why_the_lock_check_fails():
     with pytest.raises(AssertionError, match="the factory must return a manager that holds "
                        "no buffer yet"):  # fmt: skip
         check_workspace(warmed, properties=["locked"], settings=ONE_BUG)
+
+
+@pytest.mark.parametrize("chosen", [[], (), set()], ids=["list", "tuple", "set"])
+def test_selecting_no_family_is_refused_not_passed(chosen):
+    """``properties=[]`` (a filter that left nothing) would check nothing and pass."""
+    with pytest.raises(ValueError, match="no property"):
+        check_workspace(m.OriginalAlgorithmManager, properties=chosen, settings=QUICK)
+
+
+def test_lockeds_description_says_which_parts_need_the_other_families():
+    """``locked`` alone checks growth and refusals; its persistent and retained parts run
+    with ``persistent`` and ``intact`` (their rules make those calls): it says so."""
+    text = DESCRIPTIONS["locked"]
+    assert "with persistent" in text and "with intact" in text, text
