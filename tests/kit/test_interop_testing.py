@@ -9,6 +9,7 @@ over copies of the original is ``test_kit_mutants.py``'s.
 """
 
 import contextlib
+import math
 import re
 import warnings
 
@@ -645,3 +646,60 @@ def test_lockeds_description_says_which_parts_need_the_other_families():
     with ``persistent`` and ``intact`` (their rules make those calls): it says so."""
     text = DESCRIPTIONS["locked"]
     assert "with persistent" in text and "with intact" in text, text
+
+
+class _ForgetsSpanWhenRefusing:
+    """notebook 05's from-scratch manager, one lane, with an ordering bug: a growth forgets
+    the retained span before it checks the lock, so a refused call loses it."""
+
+    def __init__(self):
+        self.buf, self.retained, self.locked = torch.empty(0, dtype=torch.uint8), None, False
+
+    def lock(self):
+        self.locked = True
+
+    def unlock(self):
+        self.locked = False
+
+    def is_locked(self):
+        return self.locked
+
+    def _buffer(self, n):
+        if self.buf.numel() < n:
+            self.retained = None  # the bug: before the lock's check
+            if self.locked:
+                raise AssertionError(f"Workspace is locked but allocation requires {n} bytes")
+            self.buf = torch.empty(n, dtype=torch.uint8)
+        return self.buf
+
+    def get_simultaneous(self, *specs):
+        sizes = [math.prod(s) * d.itemsize for s, d in specs]
+        padded = [(n + 255) // 256 * 256 for n in sizes]
+        buf = self._buffer(sum(padded))
+        if self.retained is not None and sum(padded) > self.retained[1]:
+            self.retained = None
+        offsets = [sum(padded[:i]) for i in range(len(specs))]
+        return [
+            buf[o : o + n].view(d).reshape(s)
+            for o, n, (s, d) in zip(offsets, sizes, specs, strict=True)
+        ]
+
+    def get_retained(self, key, shape, dtype):
+        n = math.prod(shape) * dtype.itemsize
+        buf = self._buffer(n)
+        start = (buf.numel() - n) // 256 * 256
+        intact = self.retained == (key, start)
+        self.retained = (key, start)
+        return buf[start : start + n].view(dtype).reshape(shape), intact
+
+
+def test_a_failures_headline_names_the_lock_and_the_refused_call_that_lost_the_span():
+    """The headline is the failure's reproduction: the calls since the span was retained,
+    the ``lock()`` and the refused call (where the bug is) among them."""
+    with pytest.raises(AssertionError) as info:
+        check_workspace(
+            lambda u, lanes: _ForgetsSpanWhenRefusing(), properties=["intact", "locked"],
+            settings=ONE_BUG,
+        )  # fmt: skip
+    headline = str(info.value).splitlines()[0]
+    assert "lock()" in headline and "(refused: locked)" in headline, headline
