@@ -163,7 +163,8 @@ class FxTraceError(HandoffError, TypeError, RuntimeError):
 class LoadedGraphError(HandoffError, KeyError):
     """A graph calls a ``jax_call`` this process cannot run as it was made: no live
     wrapper of its function (a program ``torch.export`` saved, run in another process),
-    or a key of other JAX settings or another version of this library."""
+    a key of other JAX settings or another version of this library, or results of other
+    shapes or dtypes than the graph was traced for (JAX's x64 setting changed since)."""
 
     reason = "loaded-graph"
 

@@ -742,7 +742,33 @@ def jax_call_op(
     results = [_dense(to_torch(jnp.asarray(leaf))) for leaf in leaves]
     if entry.signature is not None:
         _check_signature(entry, results)
+    traced = entry.abstract.get(_empty_inputs(tensors, ints, floats))
+    if traced is not None:
+        _check_traced(traced[1], results)
     return _unaliased(results, tensors)
+
+
+def _check_traced(
+    traced: list[tuple[tuple[int, ...], torch.dtype]], results: list[torch.Tensor]
+) -> None:
+    """Refuse results of other dtypes or shapes than the graph calling the op was traced
+    with: its kernels would read them as those (float64 bytes as float32: wrong numbers;
+    the reverse writes past a buffer)."""
+    got = [(tuple(r.shape), r.dtype) for r in results]
+    if got != traced:
+        raise LoadedGraphError(
+            "jax_call: the JAX function returned results of shapes and dtypes "
+            f"{_listed(got)}, but the compiled graph calling it was traced when it returned "
+            f"{_listed(traced)}: JAX's x64 setting changed since (jax.enable_x64, "
+            "jax.config.update), or the function reads a setting that changed. Call it "
+            "under the settings it was compiled with, or compile again "
+            "(torch._dynamo.reset())."
+        )
+
+
+def _listed(leaves: list[tuple[tuple[int, ...], torch.dtype]]) -> str:
+    parts = [f"{shape} {str(dtype).removeprefix('torch.')}" for shape, dtype in leaves]
+    return f"[{', '.join(parts)}]"
 
 
 def _call_arguments(

@@ -156,3 +156,45 @@ def test_a_function_s_number_depends_on_no_other_function_the_process_keyed_firs
     assert _functions.function_for(unique).op_key.endswith("#0")
     twin = jax.jit(lambda x: x * 1234.5 - 0.25)  # the same code: the next number
     assert _functions.function_for(twin).op_key.endswith("#1")
+
+
+_SETTINGS = {"dtype": jnp.float32}
+
+
+def _reads_its_dtype_from_a_setting(x):  # unjitted: its Python runs at every call
+    return (x * 1.5).astype(_SETTINGS["dtype"])
+
+
+@pytest.mark.parametrize("change", ["x64", "setting"])
+def test_a_compiled_graph_refuses_results_of_other_dtypes_than_it_was_traced_for(change):
+    """A graph's kernels read the op's results as the dtypes traced: with JAX's x64 turned
+    on since (``jax.enable_x64``), or a function reading its dtype from a setting that
+    changed, inductor read float64 bytes as float32 (wrong numbers; the reverse corrupted
+    the heap). The op refuses such results, naming what changed; the next call under the
+    traced settings runs."""
+    if change == "x64":
+        layer = interop.jax_call(jax.jit(lambda x: (x * 1.5).astype(float)))
+        changed = jax.enable_x64(True)
+    else:
+        layer = interop.jax_call(_reads_its_dtype_from_a_setting)
+        changed = _setting(dtype=jnp.bfloat16)
+    compiled = torch.compile(lambda x: layer(x) * 2 + 1, backend="inductor")
+    x = torch.ones(4)
+    assert compiled(x).tolist() == [4.0] * 4
+    with changed, pytest.raises(interop.errors.LoadedGraphError, match="traced") as caught:
+        compiled(x)
+    assert "float32" in str(caught.value), caught.value
+    assert compiled(x).tolist() == [4.0] * 4
+
+
+class _setting:
+    def __init__(self, **values):
+        self.values = values
+
+    def __enter__(self):
+        self.old = dict(_SETTINGS)
+        _SETTINGS.update(self.values)
+
+    def __exit__(self, *exc):
+        _SETTINGS.clear()
+        _SETTINGS.update(self.old)
