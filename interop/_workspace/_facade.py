@@ -410,8 +410,11 @@ class WorkspaceManager:
         :meth:`get_simultaneous` hands out views from the start of the buffer, so requests
         smaller than the buffer leave its end alone. This view spans the buffer's last
         bytes (its start rounded down to 256), and the flag says whether they still hold
-        what the previous ``get_retained`` left there: that call used the same key and
-        size, no request since reached into the span, and the buffer was not reallocated.
+        what the previous ``get_retained`` left there: that call used the same key and its
+        span started at the same byte, no request since reached into the span, and the
+        buffer was not reallocated. As in the original, the start decides, not the size:
+        a larger view starting at the same byte (in the same 256-byte block) is intact too,
+        and only its first bytes, as many as the previous call's view had, are kept.
 
         Args:
             key: identifies the caller; another key's call takes the span over.
