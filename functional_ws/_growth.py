@@ -126,7 +126,8 @@ def apply_plan(state: WorkspaceState, plan: WorkspaceState) -> tuple[WorkspaceSt
         ``(new_state, growth)``.
 
     Raises:
-        InvalidPlanError: (``ValueError``) the plan was made for another configuration.
+        InvalidPlanError: (``ValueError``) the plan was made for another configuration, or
+            is no state.
         WorkspaceLockedError: ``state`` is locked and a slot would have to grow.
         CapacityLimitError: a slot would grow above ``max_capacity``.
 
@@ -141,6 +142,11 @@ def apply_plan(state: WorkspaceState, plan: WorkspaceState) -> tuple[WorkspaceSt
         >>> apply_plan(initial_state(), in_flight)[1]  # saved mid-growth
         (((0, 0), 1024),)
     """
+    if not isinstance(plan, WorkspaceState):
+        raise InvalidPlanError(
+            f"plan must be a WorkspaceState (a saved plan read back with "
+            f"functional_ws.from_dict), got {type(plan).__name__} {plan!r:.80}."
+        )
     for name in ("num_ubatches", "num_lanes", "alignment"):
         if getattr(plan, name) != getattr(state, name):
             raise InvalidPlanError(
@@ -209,6 +215,8 @@ def after_failed_growth(
     for slot, capacity in held.items():
         index = old.index(slot)
         before, planned = old.slots[index], new.slots[index]
+        if type(capacity) is not int:  # (a float or a NumPy int: a state to_dict refuses)
+            raise ValueError(f"held[{slot!r}] must be an int, got {capacity!r}.")
         if capacity == planned.capacity and planned.growths > before.growths:
             growths = planned.growths
         elif capacity == before.capacity and capacity > 0:

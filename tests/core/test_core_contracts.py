@@ -169,3 +169,24 @@ def test_a_capacity_limit_refusal_names_the_limit_as_the_states_max_capacity():
     assert "limit of 512 bytes" in message and "max_capacity" in message, message
     assert "(0.00 GiB, the device's total memory)" not in message, message
     assert (caught.value.required, caught.value.limit, caught.value.slot) == (1024, 512, S)
+
+
+@pytest.mark.parametrize("held", [512.0, np.int64(512), True], ids=["float", "numpy", "bool"])
+def test_after_failed_growth_refuses_a_capacity_that_is_not_an_int(held):
+    """A capacity equal to the old one but of another type made a state that ``to_dict``
+    could not save (a float, a NumPy int): refused at once, naming ``held``."""
+    s, _ = fws.acquire(fws.initial_state(), S, ((512,), U8))
+    planned, _ = fws.acquire(s, S, ((1024,), U8))
+    with pytest.raises(ValueError, match=r"held\[\(0, 0\)\] must be an int"):
+        fws.after_failed_growth(s, planned, {S: held})
+
+
+@pytest.mark.parametrize(
+    "plan", [{"num_ubatches": 1}, None, "plan.json"], ids=["dict", "none", "path"]
+)
+def test_apply_plan_refuses_what_is_not_a_state_naming_from_dict(plan):
+    """``apply_plan(state, json.load(f))`` (the plan not read back with ``from_dict``) raised
+    a bare ``AttributeError``."""
+    with pytest.raises(fws.InvalidPlanError, match="from_dict") as caught:
+        fws.apply_plan(fws.initial_state(), plan)
+    assert type(plan).__name__ in str(caught.value)
