@@ -537,7 +537,23 @@ def held_elsewhere(buffer: torch.Tensor) -> bool:
     if _use_count is None or not hasattr(buffer, "_base"):
         return True
     own = 2 if buffer._base is None else 3
-    return int(_use_count(buffer.untyped_storage()._cdata)) > own
+    storage = buffer.untyped_storage()
+    # torch keeps one Python storage object per storage: a caller's ``untyped_storage()``
+    # (or typed ``storage()``) is the object asked for here, one owner for both.
+    if sys.getrefcount(storage) > _FRESH_STORAGE_REFS:
+        return True
+    return int(_use_count(storage._cdata)) > own
+
+
+def _fresh_storage_refs() -> int:
+    """``sys.getrefcount`` of a storage object nobody else holds, asked as
+    :func:`held_elsewhere` asks (a local, the tensor alive): it differs between Pythons."""
+    buffer = torch.empty(1)
+    storage = buffer.untyped_storage()
+    return sys.getrefcount(storage)
+
+
+_FRESH_STORAGE_REFS = _fresh_storage_refs()
 
 
 def version_counter(tensor: torch.Tensor) -> int | None:

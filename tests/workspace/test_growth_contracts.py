@@ -7,6 +7,7 @@ swallowed. Each test fails with its planted bug (the last failed on the code its
 from __future__ import annotations
 
 import logging
+import warnings
 
 import pytest
 import torch
@@ -162,3 +163,22 @@ def test_a_failed_growths_pinned_buffer_warning_does_not_say_the_slot_grew(caplo
     assert "grew" not in warning and "slot (0, 0)" in warning, warning
     assert "beside the slot's next buffer" in warning, warning
     del kept
+
+
+@pytest.mark.parametrize("kept", ["untyped_storage", "storage"])
+def test_a_buffer_held_only_by_a_storage_object_is_counted_pinned(allocator, kept, caplog):
+    """A caller keeping ``view.untyped_storage()`` (or the typed ``storage()``) keeps the
+    retired buffer allocated, as a kept view does: counted and warned about. Torch hands
+    the count's own ``untyped_storage()`` call that same object, which the count took for
+    one of the manager's own."""
+    caplog.set_level(logging.WARNING, logger="interop")
+    ws = workspace("cpu")
+    (view,) = ws.get_simultaneous(((MB,), U8))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # TypedStorage is deprecated
+        storage = getattr(view, kept)()
+    del view
+    ws.get_simultaneous(((2 * MB,), U8))
+    assert ws.stats().slots[0].pinned_buffers == 1
+    assert any("still pinned" in r.getMessage() for r in caplog.records)
+    del storage
