@@ -32,6 +32,7 @@ from functional_ws import (
     WorkspaceLockedError,
 )
 
+from .._context import plain_int
 from .._device import LARGEST_ITEMSIZE
 from .._diagnostics import caller_origin
 
@@ -276,10 +277,9 @@ def chosen_slots(slots: Any, lane: int, num_ubatches: int) -> Any:
 
 def _plain_slot(slot: Any) -> Any:
     """``slot`` with NumPy integers made ``int`` (an index read from an array, taken as
-    ``use_workspace_ubatch`` takes it); anything else as given, for the core to check."""
-    if type(slot) is tuple and any(type(i) in NUMPY_INTS for i in slot):
-        return tuple(int(i) if type(i) in NUMPY_INTS else i for i in slot)
-    return slot
+    ``use_workspace_ubatch`` takes it: :func:`interop._context.plain_int`); anything else
+    as given, for the core to check."""
+    return tuple(map(plain_int, slot)) if type(slot) is tuple else slot
 
 
 def check_alignment(alignment: int) -> None:
