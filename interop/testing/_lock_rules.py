@@ -60,7 +60,8 @@ class LockAndPersistentRules(MachineBase):
             failed("lock() (or is_locked() after it)", err)
         assert now is True, f"is_locked() is {now!r} after lock(), not True"
         self.model.locked = True
-        self._told("lock()")
+        for index in range(len(self.tracks)):
+            self._since_retained(index, "lock()")
         self.lock_serial += 1
         if plan is not None:
             self.commit(plan)
@@ -78,16 +79,10 @@ class LockAndPersistentRules(MachineBase):
             failed("unlock() (or is_locked() after it)", err)
         assert now is False, f"is_locked() is {now!r} after unlock(), not False"
         self.model.locked = False
-        self._told("unlock()")
+        for index in range(len(self.tracks)):
+            self._since_retained(index, "unlock()")
         if plan is not None:
             self.commit(plan)
-
-    def _told(self, call: str) -> None:
-        """``call`` joins the calls since each slot's span was retained (a failure's
-        headline names them)."""
-        for index, slot in enumerate(self.model.slots):
-            if slot.retained is not None:
-                self.tracks[index].history.append(call)
 
     # ----- persistent (and, while locked, no new keys) -----
 

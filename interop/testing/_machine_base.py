@@ -426,6 +426,12 @@ class MachineBase(RuleBasedStateMachine):
         self.stats.report(METHODS)
         forget_rule_retries()
 
+    def _since_retained(self, index: int, call: str) -> None:
+        """``call`` joins the calls made since slot ``index``'s span was retained, if it has
+        one: a failure's headline names them all (its reproduction)."""
+        if self.model.slots[index].retained is not None:
+            self.tracks[index].history.append(call)
+
     def _after_call(self, call: str) -> None:
         """Nobody but their owner writes persistent tensors: their patterns stay."""
         if "persistent" in self.properties:

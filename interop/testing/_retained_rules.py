@@ -171,7 +171,7 @@ class ScratchAndRetainedRules(MachineBase):
         plan = self._plan(call, fws.acquire, slot, *request)
         views = self._call(slot, call, total, lambda: self.manager.get_simultaneous(*request), plan)
         if views is None:  # refused while locked: part of what a failure's headline tells
-            self._refused(index, call)
+            self._since_retained(index, f"{call} (refused: locked)")
             return
         self._check_shapes(call, views, request)
         views = list(views)
@@ -207,12 +207,6 @@ class ScratchAndRetainedRules(MachineBase):
             track.history.append(call)
         self._after_call(call)
 
-    def _refused(self, index: int, call: str) -> None:
-        """A call the manager refused while locked joins the calls since the slot's span was
-        retained: a failure's headline names every call of its reproduction."""
-        if self.model.slots[index].retained is not None:
-            self.tracks[index].history.append(f"{call} (refused: locked)")
-
     def _retain(self, slot: tuple[int, int], key: Hashable, spec: Spec) -> None:
         index, track = self.model.index(slot), self.tracks[self.model.index(slot)]
         shape, dtype = spec
@@ -225,7 +219,7 @@ class ScratchAndRetainedRules(MachineBase):
             slot, call, n, lambda: self.manager.get_retained(key, shape, dtype), plan
         )
         if result is None:
-            self._refused(index, call)
+            self._since_retained(index, f"{call} (refused: locked)")
             return
         assert isinstance(result, tuple) and len(result) == 2, (
             f"{call} returned {result!r}; expected (view, intact)"
