@@ -72,6 +72,7 @@ from .._locks import renew_after_fork
 from .._private import constant_result, dual_level_active, transforms_active
 from . import _vjp
 from ._autograd import OVERWRITE_NOTE, is_differentiated
+from ._dlpack import dense_strides
 from ._exchange import compact_cotangent, to_jax_or_copy
 from ._functions import Function
 from ._functions import describe as describe_function
@@ -693,12 +694,8 @@ def _record(entry: Entry, structure: Any) -> None:
 def _dense(tensor: torch.Tensor) -> torch.Tensor:
     """``tensor`` with the strides of a contiguous tensor (a view where only the strides
     of size-1 or empty dimensions differ, a copy only for another layout)."""
-    strides, step = [], 1
-    for size in reversed(tensor.shape):
-        strides.append(step)
-        step *= max(size, 1)
-    strides.reverse()
-    if tensor.stride() == tuple(strides):
+    strides = dense_strides(tensor.shape)
+    if tensor.stride() == strides:
         return tensor
     if tensor.is_contiguous():
         return tensor.as_strided(tensor.shape, strides)

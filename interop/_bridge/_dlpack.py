@@ -444,13 +444,19 @@ def _export_host(array: jax.Array, carrier: Carrier | None) -> torch.Tensor | No
     else:
         tensor = torch.utils.dlpack.from_dlpack(host)
     if not tensor.numel():  # NumPy exports an empty array with zero strides: make them dense
-        tensor = tensor.as_strided(tensor.shape, _dense_strides(tensor.shape))
+        tensor = tensor.as_strided(tensor.shape, dense_strides(tensor.shape))
     elif copied or (copied is None and tensor.data_ptr() != array.unsafe_buffer_pointer()):
         return None  # a host copy (a non-default layout): alias the buffer through DLPack
     return tensor.view(carrier.torch) if carrier is not None else tensor
 
 
-def _dense_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+def dense_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The strides of a contiguous tensor of ``shape`` (an empty dim counts as one).
+
+    Example:
+        >>> dense_strides((2, 3, 4)), dense_strides((5, 0, 2))
+        ((12, 4, 1), (2, 2, 1))
+    """
     strides, step = [], 1
     for size in reversed(shape):
         strides.append(step)
